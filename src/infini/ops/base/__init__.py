@@ -1,0 +1,1 @@
+"""One module per operator: its overloads, argument validation and semantics."""

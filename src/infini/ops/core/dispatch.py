@@ -1,0 +1,480 @@
+"""Dispatch: from a public call to a built operator.
+
+One `OperatorEntry` per operator of the build. A free-function call
+
+1. picks the overload (remembered per tuple of argument types when the choice
+   depended on types only; otherwise resolved with `signature.resolve`);
+2. computes the cache key: the implementation index, the overload and the
+   geometry (shape, strides, dtype, device) of every tensor plus the scalar
+   values, never data pointers;
+3. looks the key up in a per-thread map; on a miss it resolves the device and
+   the slot, imports the implementation, and builds (validates and plans) the
+   operator;
+4. launches the operator on the caller's tensors.
+
+The cached path therefore costs a type-tuple lookup, a key, a dict lookup and
+the launch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections.abc import Callable
+
+from . import tracing
+from .devices import DeviceMap
+from .errors import OperatorError, describe_value
+from .operator import Arguments, Operator
+from .signature import (
+    FLOAT_LIST,
+    INT_LIST,
+    INT_LIST_LIST,
+    OPTIONAL_TENSOR,
+    OPTIONAL_TENSOR_LIST,
+    TENSOR,
+    TENSOR_LIST,
+    Overload,
+    convert,
+    resolve,
+)
+from .tensor import read_meta
+
+
+def snake_to_pascal(name: str) -> str:
+    return "".join(part[:1].upper() + part[1:] for part in name.split("_"))
+
+
+class BoundOverload:
+    """An overload plus the generated functions the hot path uses."""
+
+    def __init__(self, overload: Overload, canonical_tensors: tuple[str, ...]) -> None:
+        self.overload = overload
+        self.index = overload.index
+        self.key = _compile_key_function(overload)
+        self.tensors = _compile_tensor_getter(overload, canonical_tensors)
+
+
+def _geometry(name: str) -> str:
+    return f"{name}.shape, {name}.stride(), {name}.dtype, {name}.device"
+
+
+def _compile_key_function(overload: Overload) -> Callable:
+    """`key(values, implementation_index)`: a flat tuple identifying the call:
+    the slot, the overload, each tensor's geometry and each scalar's type and
+    value (the type, because `1` and `1.0` bind differently). Raises
+    (AttributeError, TypeError, ...) when a value is not what its parameter
+    needs, or is a scalar of an unusual type; the caller then takes the slow
+    path, which reports problems properly and builds without caching."""
+    lines = ["def key(a, index):", f"    return (index, {overload.index},"]
+    for position, parameter in enumerate(overload.parameters):
+        value = f"a[{position}]"
+        kind = parameter.kind
+        if kind == TENSOR:
+            lines.append(f"        {_geometry(value)},")
+        elif kind == OPTIONAL_TENSOR:
+            lines.append(f"        None if {value} is None else ({_geometry(value)}),")
+        elif kind in (TENSOR_LIST, OPTIONAL_TENSOR_LIST):
+            lines.append(
+                f"        None if {value} is None else tuple(None if t is None else "
+                f"({_geometry('t')}) for t in {value}),"
+            )
+        elif kind in (INT_LIST, FLOAT_LIST, INT_LIST_LIST):
+            lines.append(f"        _sequence_key({value}),")
+        else:
+            lines.append(f"        _SCALAR_TYPES[type({value})], {value},")
+    lines.append("    )")
+    namespace: dict = {"_SCALAR_TYPES": _SCALAR_TYPES, "_sequence_key": _sequence_key}
+    exec("\n".join(lines), namespace)  # noqa: S102 - generated from overload specs
+    return namespace["key"]
+
+
+# Scalar types that may appear in cache keys (others raise KeyError, which
+# sends the call down the uncached slow path). Mapped to themselves.
+_SCALAR_TYPES = {t: t for t in (int, float, bool, str, type(None))}
+
+
+def _sequence_key(value):
+    if value is None:
+        return None
+    return tuple(
+        _sequence_key(item) if isinstance(item, (list, tuple)) else (_SCALAR_TYPES[type(item)], item)
+        for item in value
+    )
+
+
+def _compile_tensor_getter(overload: Overload, canonical_tensors: tuple[str, ...]):
+    """`tensors(values)`: the canonical tensor parameters of a call, in the
+    order the implementations' `launch` takes them."""
+    items = []
+    for name in canonical_tensors:
+        position = overload.position.get(name)
+        parameter = None if position is None else overload.parameters[position]
+        items.append(f"a[{position}]" if parameter and parameter.is_tensor else "None")
+    source = f"def tensors(a):\n    return ({', '.join(items)}{',' if items else ''})"
+    namespace: dict = {}
+    exec(source, namespace)  # noqa: S102 - generated from overload specs
+    return namespace["tensors"]
+
+
+class OperatorEntry:
+    """Everything the surface needs for one operator of the build."""
+
+    def __init__(self, name: str, info: dict, device_map: DeviceMap) -> None:
+        self.name = name
+        self.class_name = info["class"]
+        self.trace_name = info.get("trace_name") or self.class_name
+        self.base_module = info["base_module"]
+        self.overload_texts = tuple(info["overloads"])
+        self.device_map = device_map
+        # platform -> sorted slots; (platform, slot) -> (module, class name)
+        self.slots: dict[str, list[int]] = {}
+        self.modules: dict[tuple[str, int], tuple[str, str]] = {}
+        for implementation in info["implementations"]:
+            for platform in implementation["devices"]:
+                self.slots.setdefault(platform, []).append(implementation["slot"])
+                self.modules[(platform, implementation["slot"])] = (
+                    implementation["module"],
+                    implementation["class"],
+                )
+        for slots in self.slots.values():
+            slots.sort()
+        self.has_triton = any(i["backend"] == "triton" for i in info["implementations"])
+        self._local = threading.local()
+        self._memo: dict[tuple, tuple[BoundOverload, tuple]] = {}
+        self._bound: tuple[BoundOverload, ...] | None = None
+        # Filled with the overloads (`bound_overloads`) on the first call.
+        self._by_arity: dict[int, tuple[BoundOverload, tuple]] = {}
+        self._base: type[Operator] | None = None
+
+    # -- lazily prepared state -------------------------------------------------
+
+    @property
+    def bound_overloads(self) -> tuple[BoundOverload, ...]:
+        if self._bound is None:
+            overloads = [Overload(i, text) for i, text in enumerate(self.overload_texts)]
+            self.canonical = _canonical_parameters(overloads)
+            self.canonical_tensors = tuple(
+                name
+                for name in self.canonical
+                if any(
+                    o.parameters[o.position[name]].is_tensor
+                    for o in overloads
+                    if name in o.position
+                )
+            )
+            self._bound = tuple(BoundOverload(o, self.canonical_tensors) for o in overloads)
+            self._by_arity = _unique_arities(self._bound)
+        return self._bound
+
+    @property
+    def base(self) -> type[Operator]:
+        if self._base is None:
+            module = importlib.import_module(self.base_module)
+            self._base = getattr(module, self.class_name)
+        return self._base
+
+    # -- the public statics ----------------------------------------------------
+
+    def active_implementation_indices(self, device: object) -> list[int]:
+        if not isinstance(device, str):
+            return []
+        platform = self.device_map.platform_of(device)
+        return list(self.slots.get(platform, ())) if platform else []
+
+    def clear_cache(self) -> None:
+        # A fresh thread-local drops every thread's map; each thread sees the
+        # new, empty one on its next call.
+        self._local = threading.local()
+
+    # -- calls -----------------------------------------------------------------
+
+    def call(self, args: tuple, kwargs: dict, stream, implementation_index, config=None):
+        """The free function's body."""
+        if config is not None:
+            return self._call_with_config(args, kwargs, stream, implementation_index, config)
+        try:
+            cache = self._local.cache
+        except AttributeError:
+            cache = self._local.cache = {}
+        if not kwargs:
+            # One overload accepts this many positional arguments: the key
+            # (which holds every scalar's type) decides alone. Otherwise the
+            # overload choice is remembered per tuple of argument types.
+            remembered = self._by_arity.get(len(args))
+            if remembered is None:
+                remembered = self._memo.get(tuple(map(type, args)))
+            if remembered is not None:
+                bound, tail = remembered
+                values = args + tail if tail else args
+                try:
+                    operator = cache[bound.key(values, implementation_index)]
+                except Exception:
+                    pass
+                else:
+                    if tracing.TRACE_CALLS:
+                        self._trace(operator)
+                    operator.launch(stream, *bound.tensors(values))
+                    return None
+        bound, values = self._resolve(args, kwargs)
+        try:
+            key = bound.key(values, implementation_index)
+            operator = cache.get(key)
+        except Exception:
+            key = operator = None
+        if operator is None:
+            operator = self._build(bound, values, implementation_index)
+            if key is not None:
+                cache[key] = operator
+        if tracing.TRACE_CALLS:
+            self._trace(operator)
+        operator.launch(stream, *bound.tensors(values))
+        return None
+
+    def construct(self, args: tuple, kwargs: dict) -> tuple[Operator, tuple]:
+        """A class instance's operator, built for the default slot."""
+        bound, values = self._resolve(args, kwargs)
+        operator = self._build(bound, values, None)
+        return operator, self._tensor_geometry(bound, values)
+
+    def call_constructed(self, operator: Operator, geometry: tuple, args, kwargs) -> None:
+        """A class instance's `__call__`: runs its operator, no cache, no trace."""
+        bound, values = self._resolve(args, kwargs)
+        if self._tensor_geometry(bound, values) != geometry:
+            raise OperatorError(
+                self.name,
+                f"the tensors passed to this `{self.class_name}` object differ in "
+                "shape, strides, dtype or device from those it was built with; "
+                f"build a new `{self.class_name}` for them.",
+            )
+        operator.launch(0, *bound.tensors(values))
+
+    # -- the slow path ---------------------------------------------------------
+
+    def _resolve(self, args: tuple, kwargs: dict) -> tuple[BoundOverload, tuple]:
+        overloads = self.bound_overloads
+        result = resolve([b.overload for b in overloads], args, kwargs)
+        if result is None:
+            raise self._no_matching_overload(args, kwargs)
+        overload, values, remember = result
+        bound = overloads[overload.index]
+        if remember:
+            self._memo[tuple(map(type, args))] = (bound, values[len(args) :])
+        return bound, values
+
+    def _no_matching_overload(self, args: tuple, kwargs: dict) -> TypeError:
+        supported = "\n".join(
+            f"    {i + 1}. {self.name}({b.overload.text}, *, stream: int = 0, "
+            "implementation_index: int | None = None)"
+            for i, b in enumerate(self.bound_overloads)
+        )
+        given = ", ".join(
+            [describe_value(a) for a in args]
+            + [f"{k}={describe_value(v)}" for k, v in kwargs.items()]
+        )
+        return TypeError(
+            f"`{self.name}`: incompatible function arguments. The following argument "
+            f"types are supported:\n{supported}\n\nInvoked with: {given}"
+        )
+
+    def _tensor_geometry(self, bound: BoundOverload, values: tuple) -> tuple:
+        def geometry(t):
+            if t is None:
+                return None
+            if isinstance(t, (list, tuple)):
+                return tuple(geometry(item) for item in t)
+            return (tuple(t.shape), tuple(t.stride()), t.dtype, t.device)
+
+        return tuple(geometry(t) for t in bound.tensors(values))
+
+    def _build(self, bound: BoundOverload, values: tuple, implementation_index, config=None):
+        overload = bound.overload
+        device = self._dispatch_device(overload, values)
+        slot = self._resolve_slot(device.platform, implementation_index)
+        arguments = self._arguments(overload, values, device)
+        if config is not None:
+            arguments.config = config
+        module_name, class_name = self.modules[(device.platform, slot)]
+        implementation = getattr(importlib.import_module(module_name), class_name)
+        return implementation(arguments)
+
+    def _dispatch_device(self, overload: Overload, values: tuple):
+        position = overload.device_position
+        if position is None:
+            raise OperatorError(self.name, "the call has no tensor to dispatch on.")
+        parameter = overload.parameters[position]
+        value = values[position]
+        if parameter.kind == TENSOR_LIST:
+            if len(value) == 0:
+                raise OperatorError(
+                    self.name, f"`{parameter.name}` must hold at least one tensor."
+                )
+            value = value[0]
+        device = getattr(value, "device", None)
+        if device is None or not hasattr(device, "type"):
+            raise OperatorError(
+                self.name,
+                f"`{parameter.name}` must be a tensor, got {describe_value(value)}.",
+            )
+        return self.device_map.device_of(device)
+
+    def _resolve_slot(self, platform: str, implementation_index) -> int:
+        active = self.slots.get(platform, [])
+        if implementation_index is None:
+            if not active:
+                raise ValueError(
+                    f"No active implementation for {self.class_name} on device {platform}"
+                )
+            return active[0]
+        if type(implementation_index) is not int or implementation_index < 0:
+            raise OperatorError(
+                self.name,
+                "`implementation_index` must be None or a non-negative int, got "
+                f"{describe_value(implementation_index)}.",
+            )
+        if implementation_index not in active:
+            raise OperatorError(
+                self.name,
+                f"`implementation_index` {implementation_index} is not active on "
+                f"{platform}; active implementation indices: {active}.",
+            )
+        return implementation_index
+
+    def _arguments(self, overload: Overload, values: tuple, device) -> Arguments:
+        base = self.base
+        named = {}
+        for parameter, value in zip(overload.parameters, values):
+            if parameter.is_tensor:
+                named[parameter.name] = self._read_tensors(parameter, value)
+            else:
+                named[parameter.name] = convert(parameter, value)
+        for name in self.canonical:
+            if name not in named:
+                named[name] = base.defaults.get(name)
+        return Arguments(named, device, overload.index)
+
+    def _read_tensors(self, parameter, value):
+        if value is None:
+            if parameter.kind == OPTIONAL_TENSOR or parameter.kind == OPTIONAL_TENSOR_LIST:
+                return None
+            raise OperatorError(self.name, f"`{parameter.name}` must be a tensor, got None.")
+        if parameter.kind in (TENSOR_LIST, OPTIONAL_TENSOR_LIST):
+            return [
+                None
+                if item is None and parameter.kind == OPTIONAL_TENSOR_LIST
+                else read_meta(item, self.device_map, self.name, f"{parameter.name}[{i}]")
+                for i, item in enumerate(value)
+            ]
+        return read_meta(value, self.device_map, self.name, parameter.name)
+
+    def _call_with_config(self, args, kwargs, stream, implementation_index, config):
+        if not isinstance(config, dict):
+            raise OperatorError(
+                self.name, f"`config` must be a dict, got {describe_value(config)}."
+            )
+        bound, values = self._resolve(args, kwargs)
+        operator = self._build(bound, values, implementation_index, config)
+        operator.launch(stream, *bound.tensors(values))
+
+    def _trace(self, operator: Operator) -> None:
+        tracing.trace_call(
+            self.trace_name, operator.device.platform, operator.implementation_slot
+        )
+
+
+def _unique_arities(bound: tuple[BoundOverload, ...]) -> dict:
+    """Positional-argument counts that exactly one overload accepts, with
+    that overload and the defaults that complete the call."""
+    accepting: dict[int, list] = {}
+    for b in bound:
+        parameters = b.overload.parameters
+        for count in range(len(parameters), -1, -1):
+            accepting.setdefault(count, []).append(b)
+            if count and not parameters[count - 1].has_default:
+                break
+    result = {}
+    for count, candidates in accepting.items():
+        if len(candidates) == 1:
+            b = candidates[0]
+            tail = tuple(p.default for p in b.overload.parameters[count:])
+            result[count] = (b, tail)
+    return result
+
+
+def _canonical_parameters(overloads: list[Overload]) -> tuple[str, ...]:
+    """Every parameter name of the operator: the longest overload's order
+    first (the first longest in binding order), then names only others have."""
+    longest = max(overloads, key=lambda o: (len(o.parameters), -o.index))
+    names = list(longest.names)
+    for overload in overloads:
+        for name in overload.names:
+            if name not in names:
+                names.append(name)
+    return tuple(names)
+
+
+def make_function(entry: OperatorEntry) -> Callable:
+    call = entry.call
+    if entry.has_triton:
+
+        def function(*args, stream=0, implementation_index=None, config=None, **kwargs):
+            return call(args, kwargs, stream, implementation_index, config)
+
+    else:
+
+        def function(*args, stream=0, implementation_index=None, **kwargs):
+            return call(args, kwargs, stream, implementation_index)
+
+    function.__name__ = function.__qualname__ = entry.name
+    function.__module__ = "infini.ops"
+    function.__doc__ = _signature_doc(entry)
+    return function
+
+
+def make_class(entry: OperatorEntry) -> type:
+    construct = entry.construct
+    call_constructed = entry.call_constructed
+
+    def __init__(self, *args, **kwargs):
+        self._operator, self._geometry = construct(args, kwargs)
+
+    def __call__(self, *args, **kwargs):
+        call_constructed(self._operator, self._geometry, args, kwargs)
+
+    namespace = {
+        "__slots__": ("_operator", "_geometry"),
+        "__module__": "infini.ops",
+        "__doc__": _signature_doc(entry),
+        "__init__": __init__,
+        "__call__": __call__,
+        "active_implementation_indices": staticmethod(entry.active_implementation_indices),
+        "clear_cache": staticmethod(entry.clear_cache),
+    }
+    return type(entry.class_name, (), namespace)
+
+
+def _signature_doc(entry: OperatorEntry) -> str:
+    extra = ", config: dict | None = None" if entry.has_triton else ""
+    lines = [
+        f"{entry.name}({text}, *, stream: int = 0, "
+        f"implementation_index: int | None = None{extra}) -> None"
+        for text in entry.overload_texts
+    ]
+    return "\n".join(lines) + f"\n\nSee `{entry.base_module}` for the semantics."
+
+
+def build_surface(namespace: dict) -> tuple[str, dict[str, OperatorEntry]]:
+    """Adds a function and a class per operator of the build to `namespace`
+    (the `infini.ops` module); returns the package version and the entries."""
+    from .manifest import load_manifest
+
+    manifest = load_manifest()
+    device_map = DeviceMap(manifest["devices"])
+    entries: dict[str, OperatorEntry] = {}
+    if manifest.get("python_bindings", True):
+        for name, info in manifest["operators"].items():
+            entry = OperatorEntry(name, info, device_map)
+            entries[name] = entry
+            namespace[name] = make_function(entry)
+            namespace[entry.class_name] = make_class(entry)
+    return manifest.get("package_version", "0"), entries

@@ -1,0 +1,127 @@
+"""The operator base class.
+
+`base/<op>.py` subclasses `Operator` with the operator's overloads and its
+argument validation; an implementation subclasses that base, plans its launch
+in `__init__` and runs in `launch`. The dispatcher builds an operator once per
+argument geometry (on a cache miss) and then only calls `launch`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .errors import OperatorError
+from .tensor import TensorMeta
+
+
+class Arguments:
+    """The arguments an operator is built from, by canonical parameter name.
+
+    Tensors appear as `TensorMeta` (lists of them for tensor lists), scalars
+    converted to their Python type; parameters that the chosen overload does
+    not have hold the base's default (or `None`).
+    """
+
+    def __init__(self, values: dict, device, overload_index: int) -> None:
+        self.__dict__.update(values)
+        self.device = device
+        self.overload_index = overload_index
+
+    def __repr__(self) -> str:
+        return f"Arguments({self.__dict__})"
+
+
+class Operator:
+    """Base of every operator.
+
+    Subclasses (the bases in `infini.ops.base`) set:
+
+    - `name`: the snake_case operator name;
+    - `trace_name`: the name in trace lines (the original's C++ type);
+    - `overloads`: the public overloads, in binding order;
+    - `defaults`: values for parameters that some overloads lack;
+    - `host_tensors`: tensor parameters that stay on the CPU whatever the
+      dispatch device (e.g. sampling parameters).
+    """
+
+    name: str = ""
+    trace_name: str = ""
+    overloads: tuple[str, ...] = ()
+    defaults: dict = {}
+    host_tensors: tuple[str, ...] = ()
+
+    implementation_slot: int = -1
+    implementation_devices: tuple[str, ...] = ()
+
+    def __init__(self, args: Arguments) -> None:
+        self.device = args.device
+        self._check_devices(args)
+
+    # Launching: implementations override this. `tensors` are the canonical
+    # tensor parameters in order (lists for tensor lists, `None` for absent
+    # optional tensors); `stream` is the caller's raw stream handle.
+    def launch(self, stream: int, *tensors) -> None:
+        raise NotImplementedError(f"`{self.name}` has no launch for this implementation")
+
+    # Helpers for validation messages.
+    def error(self, message: str) -> OperatorError:
+        return OperatorError(self.name, message)
+
+    def _check_devices(self, args: Arguments) -> None:
+        for name, value in args.__dict__.items():
+            if name in self.host_tensors:
+                continue
+            for meta in _metas(value):
+                if meta.device != self.device:
+                    raise self.error(
+                        f"`{name}` is on {meta.device} but the operator runs on "
+                        f"{self.device}; all tensors must be on one device."
+                    )
+
+    def require_dtype(self, name: str, meta: TensorMeta, dtypes: Sequence[str]) -> None:
+        if meta.dtype not in dtypes:
+            raise self.error(
+                f"`{name}` has dtype {meta.dtype}, which this implementation does not "
+                f"support; supported: {', '.join(dtypes)}."
+            )
+
+    def require_same_dtype(self, reference: str, metas: dict) -> None:
+        expected = metas[reference].dtype
+        for name, meta in metas.items():
+            if meta is not None and meta.dtype != expected:
+                raise self.error(
+                    f"`{name}` has dtype {meta.dtype} but `{reference}` has dtype "
+                    f"{expected}; they must match."
+                )
+
+    def require_shape(self, name: str, meta: TensorMeta, shape: tuple, why: str = "") -> None:
+        if tuple(meta.shape) != tuple(shape):
+            reason = f" {why}" if why else ""
+            raise self.error(
+                f"`{name}` must have shape {tuple(shape)}{reason}, got {tuple(meta.shape)}."
+            )
+
+    def require_ndim(self, name: str, meta: TensorMeta, ndims: Sequence[int]) -> None:
+        if meta.ndim not in ndims:
+            allowed = " or ".join(str(n) for n in ndims)
+            raise self.error(
+                f"`{name}` must have {allowed} dimensions, got shape {meta.shape}."
+            )
+
+    def require_writable(self, name: str, meta: TensorMeta) -> None:
+        """Outputs must not broadcast (stride 0 over a dimension of size > 1),
+        or several results would land on one element."""
+        if meta.has_broadcast_dim():
+            raise self.error(
+                f"`{name}` is written but has a stride-0 (broadcast) dimension: "
+                f"shape {meta.shape}, strides {meta.strides}."
+            )
+
+
+def _metas(value):
+    if isinstance(value, TensorMeta):
+        yield value
+    elif isinstance(value, list):
+        for item in value:
+            if isinstance(item, TensorMeta):
+                yield item

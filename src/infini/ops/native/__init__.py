@@ -1,0 +1,1 @@
+"""Native kernels, one package per device family."""

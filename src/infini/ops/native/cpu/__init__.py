@@ -1,0 +1,1 @@
+"""CPU kernels written with Numba (`ops/<op>.py`) and their shared helpers."""

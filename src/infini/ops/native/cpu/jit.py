@@ -1,0 +1,149 @@
+"""Compiling CPU kernels with Numba, and caching them on disk.
+
+Kernels are cached under ``<cache root>/numba/<package version>-<source hash>``,
+where the source hash covers every module of `infini.ops.native.cpu` (a kernel
+inlines helpers from other modules, so a change to any of them must invalidate
+the cache). The cache root is ``$INFINI_OPS_CACHE_DIR``, else
+``$XDG_CACHE_HOME/infiniops`` (``~/.cache/infiniops``), else a directory under
+the system temporary directory. Nothing is written into site-packages.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import tempfile
+from functools import cache
+from pathlib import Path
+
+import numba
+from numba.core import caching
+from numba.core.dispatcher import Dispatcher
+
+_PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def cache_root() -> Path:
+    explicit = os.environ.get("INFINI_OPS_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    if sys.platform == "win32" and os.environ.get("LOCALAPPDATA"):
+        return Path(os.environ["LOCALAPPDATA"]) / "infiniops"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    if xdg:
+        return Path(xdg) / "infiniops"
+    home = Path.home()
+    if str(home) not in ("", "/") and os.access(home, os.W_OK):
+        return home / ".cache" / "infiniops"
+    return Path(tempfile.gettempdir()) / "infiniops"
+
+
+@cache
+def kernel_source_fingerprint() -> str:
+    digest = hashlib.sha256()
+    digest.update(f"numba={numba.__version__}\n".encode())
+    for path in sorted(_PACKAGE_DIR.rglob("*.py")):
+        digest.update(str(path.relative_to(_PACKAGE_DIR)).encode() + b"\0")
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+@cache
+def kernel_cache_dir() -> Path:
+    from infini.ops.core.manifest import load_manifest
+
+    version = load_manifest().get("package_version", "0")
+    return cache_root() / "numba" / f"{version}-{kernel_source_fingerprint()}"
+
+
+class _KernelCacheLocator(caching._CacheLocator):
+    """Locates the cache of functions defined in `infini.ops.native.cpu`."""
+
+    def __init__(self, py_func, py_file):
+        self._lineno = py_func.__code__.co_firstlineno
+        relative = Path(py_file).resolve().relative_to(_PACKAGE_DIR)
+        self._cache_path = str(kernel_cache_dir() / relative.with_suffix(""))
+
+    def get_cache_path(self):
+        return self._cache_path
+
+    def get_source_stamp(self):
+        # The directory is already keyed by the sources; file times change
+        # on every install and must not invalidate the cache.
+        return kernel_source_fingerprint()
+
+    def get_disambiguator(self):
+        return str(self._lineno)
+
+    @classmethod
+    def from_function(cls, py_func, py_file):
+        try:
+            Path(py_file).resolve().relative_to(_PACKAGE_DIR)
+        except (ValueError, OSError):
+            return None
+        self = cls(py_func, py_file)
+        try:
+            self.ensure_cache_path()
+        except OSError:
+            return None
+        return self
+
+
+if _KernelCacheLocator not in caching.CacheImpl._locator_classes:
+    caching.CacheImpl._locator_classes.insert(0, _KernelCacheLocator)
+
+
+def _stable_identity(value) -> object:
+    """A process-independent description of a closure variable."""
+    if isinstance(value, Dispatcher):
+        value = value.py_func
+    if callable(value) and hasattr(value, "__qualname__"):
+        return (getattr(value, "__module__", ""), value.__qualname__)
+    if isinstance(value, (tuple, list)):
+        return tuple(_stable_identity(item) for item in value)
+    return repr(value)
+
+
+class _StableFunctionCache(caching.FunctionCache):
+    """Numba keys cached closures on the pickled closure variables, and a
+    pickled dispatcher carries a per-process id, so kernels made by factories
+    would never be found again. Kernels here key closures on the names of the
+    functions and the values of the constants they capture instead; changes
+    to those functions are covered by the cache directory's source hash."""
+
+    def _index_key(self, sig, codegen):
+        code = self._py_func.__code__.co_code
+        closure = self._py_func.__closure__ or ()
+        captured = repr(tuple(_stable_identity(c.cell_contents) for c in closure))
+        return (
+            sig,
+            codegen.magic_tuple(),
+            (
+                hashlib.sha256(code).hexdigest(),
+                hashlib.sha256(captured.encode()).hexdigest(),
+            ),
+        )
+
+
+def kernel(function=None, *, parallel: bool = False, fastmath=False):
+    """`numba.njit` with the on-disk cache, `nogil`, and optional `prange`.
+
+    Kernel factories may capture helpers and constants in closures; helpers
+    must be module-level functions (their qualified names key the cache).
+    """
+
+    def decorate(function):
+        dispatcher = numba.njit(nogil=True, parallel=parallel, fastmath=fastmath)(
+            function
+        )
+        if _KernelCacheLocator.from_function(function, function.__code__.co_filename):
+            dispatcher._cache = _StableFunctionCache(function)
+        return dispatcher
+
+    return decorate if function is None else decorate(function)
+
+
+def helper(function):
+    """A device function inlined into the kernels that call it."""
+    return numba.njit(inline="always", cache=False, nogil=True)(function)

@@ -1,0 +1,86 @@
+"""Scalar conversions used inside kernels.
+
+float16 uses LLVM's `half` conversions (F16C instructions on x86-64, `fcvt`
+on AArch64); bfloat16 is the upper half of a float32, rounded to nearest even
+on the way back, with NaNs kept quiet.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
+
+from .jit import helper
+
+
+@intrinsic
+def float16_bits_to_float32(typingctx, bits):
+    def codegen(context, builder, signature, args):
+        return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
+
+    return types.float32(types.uint16), codegen
+
+
+@intrinsic
+def float32_to_float16_bits(typingctx, value):
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(builder.fptrunc(args[0], ir.HalfType()), ir.IntType(16))
+
+    return types.uint16(types.float32), codegen
+
+
+@intrinsic
+def float64_to_float16_bits(typingctx, value):
+    # Direct rounding from float64 avoids the double rounding of a float32 step.
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(builder.fptrunc(args[0], ir.HalfType()), ir.IntType(16))
+
+    return types.uint16(types.float64), codegen
+
+
+@intrinsic
+def float32_bits(typingctx, value):
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+
+    return types.uint32(types.float32), codegen
+
+
+@intrinsic
+def bits_float32(typingctx, bits):
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.FloatType())
+
+    return types.float32(types.uint32), codegen
+
+
+@helper
+def bfloat16_bits_to_float32(bits):
+    return bits_float32(np.uint32(bits) << np.uint32(16))
+
+
+@helper
+def float32_to_bfloat16_bits(value):
+    bits = float32_bits(value)
+    if (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
+        return np.uint16((bits >> np.uint32(16)) | np.uint32(0x40))
+    rounding = np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
+    return np.uint16((bits + rounding) >> np.uint32(16))
+
+
+@helper
+def float64_to_bfloat16_bits(value):
+    # Round to float32 with the sticky bit kept (round-to-odd), then to
+    # bfloat16, which equals a single correct rounding from float64.
+    narrowed = np.float32(value)
+    if np.float64(narrowed) != value and narrowed == narrowed:
+        bits = float32_bits(narrowed)
+        if (bits & np.uint32(1)) == 0:
+            if abs(np.float64(narrowed)) < abs(value):
+                bits = bits + np.uint32(1)
+            else:
+                bits = bits - np.uint32(1)
+        narrowed = bits_float32(bits)
+    return float32_to_bfloat16_bits(narrowed)

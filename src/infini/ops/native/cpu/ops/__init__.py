@@ -1,0 +1,1 @@
+"""One module per operator: the slot-0 CPU implementation."""
