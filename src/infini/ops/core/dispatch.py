@@ -48,24 +48,29 @@ def snake_to_pascal(name: str) -> str:
 class BoundOverload:
     """An overload plus the generated functions the hot path uses."""
 
-    def __init__(self, overload: Overload, canonical_tensors: tuple[str, ...]) -> None:
+    def __init__(
+        self, overload: Overload, canonical_tensors: tuple[str, ...], cpu_only: bool
+    ) -> None:
         self.overload = overload
         self.index = overload.index
-        self.key = _compile_key_function(overload)
+        self.key = _compile_key_function(overload, cpu_only)
         self.tensors = _compile_tensor_getter(overload, canonical_tensors)
 
 
-def _geometry(name: str) -> str:
-    return f"{name}.shape, {name}.stride(), {name}.dtype, {name}.device"
-
-
-def _compile_key_function(overload: Overload) -> Callable:
+def _compile_key_function(overload: Overload, cpu_only: bool) -> Callable:
     """`key(values, implementation_index)`: a flat tuple identifying the call:
     the slot, the overload, each tensor's geometry and each scalar's type and
     value (the type, because `1` and `1.0` bind differently). Raises
     (AttributeError, TypeError, ...) when a value is not what its parameter
     needs, or is a scalar of an unusual type; the caller then takes the slow
     path, which reports problems properly and builds without caching."""
+    # In a CPU-only build `is_cpu` tells the device apart (cheaper than
+    # `.device`); other tensors miss the cache and are rejected on the slow path.
+    device = "is_cpu" if cpu_only else "device"
+
+    def _geometry(name: str) -> str:
+        return f"{name}.shape, {name}.stride(), {name}.dtype, {name}.{device}"
+
     lines = ["def key(a, index):", f"    return (index, {overload.index},"]
     for position, parameter in enumerate(overload.parameters):
         value = f"a[{position}]"
@@ -163,7 +168,10 @@ class OperatorEntry:
                     if name in o.position
                 )
             )
-            self._bound = tuple(BoundOverload(o, self.canonical_tensors) for o in overloads)
+            cpu_only = self.device_map.platforms == ("cpu",)
+            self._bound = tuple(
+                BoundOverload(o, self.canonical_tensors, cpu_only) for o in overloads
+            )
             self._by_arity = _unique_arities(self._bound)
         return self._bound
 

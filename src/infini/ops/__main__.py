@@ -1,0 +1,95 @@
+"""`python -m infini.ops info | precompile`.
+
+- `info` prints what the build contains: version, devices, backends, options,
+  and every operator with its active slots per device.
+- `precompile` compiles (into the kernel cache) the kernels of every
+  (operator, device, slot) instantiation that the build manifest lists, that
+  is, of builds configured with `GENERATE_OPERATOR_CALL_INSTANTIATIONS=ON`;
+  first calls then load kernels instead of compiling them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import time
+
+
+def info() -> int:
+    from infini.ops.core.manifest import MANIFEST_PATH, load_manifest
+
+    manifest = load_manifest()
+    print(f"InfiniOps {manifest.get('package_version')} ({MANIFEST_PATH.parent.parent})")
+    print(f"devices: {', '.join(manifest['devices'])}")
+    backends = [name for name, on in manifest.get("backends", {}).items() if on]
+    print(f"backends: {', '.join(backends)}")
+    print(f"python bindings: {'on' if manifest.get('python_bindings', True) else 'off'}")
+    print(f"compiled-ahead instantiations: {len(manifest.get('instantiations', []))}")
+    options = manifest.get("options", {})
+    if options:
+        print("options:")
+        for name, value in options.items():
+            print(f"  {name} = {value}")
+    print(f"operators ({len(manifest['operators'])}):")
+    for name, operator in sorted(manifest["operators"].items()):
+        slots: dict[str, list[int]] = {}
+        for implementation in operator["implementations"]:
+            for device in implementation["devices"]:
+                slots.setdefault(device, []).append(implementation["slot"])
+        described = "; ".join(f"{d} {sorted(s)}" for d, s in sorted(slots.items()))
+        print(f"  {name} ({operator['class']}): {described}")
+    return 0
+
+
+def precompile(selected: list[str]) -> int:
+    from infini.ops.core.manifest import load_manifest
+
+    instantiations = load_manifest().get("instantiations", [])
+    if not instantiations:
+        print(
+            "this build lists no kernel instantiations "
+            "(GENERATE_OPERATOR_CALL_INSTANTIATIONS=OFF): kernels compile on first use"
+        )
+        return 0
+    for item in instantiations:
+        if selected and item["operator"] not in selected:
+            continue
+        module = importlib.import_module(item["module"])
+        classes = [
+            value
+            for value in vars(module).values()
+            if isinstance(value, type)
+            and getattr(value, "implementation_slot", None) == item["slot"]
+            and getattr(value, "name", None) == item["operator"]
+        ]
+        start = time.perf_counter()
+        compiled = 0
+        for cls in classes:
+            hook = getattr(cls, "precompile", None)
+            if hook is not None:
+                compiled += hook() or 0
+        label = f"{item['operator']} on {item['device']} slot {item['slot']}"
+        if compiled:
+            print(f"{label}: {compiled} kernels in {time.perf_counter() - start:.1f} s")
+        else:
+            print(f"{label}: compiles on first use")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m infini.ops")
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("info", help="print what this build contains")
+    compile_parser = commands.add_parser(
+        "precompile", help="compile the kernels the build lists ahead of first use"
+    )
+    compile_parser.add_argument("operators", nargs="*", help="only these operators")
+    options = parser.parse_args(argv)
+    if options.command == "info":
+        return info()
+    return precompile(options.operators)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
