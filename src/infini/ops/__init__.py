@@ -6,8 +6,6 @@ PascalCase class (``infini.ops.RmsNorm``). Kernels are imported lazily, the
 first time an operator is built for a device.
 """
 
-from __future__ import annotations
-
 from .core.dispatch import build_surface as _build_surface
 
 __version__, _entries = _build_surface(globals())

@@ -1,0 +1,163 @@
+"""Write the reST sources of the operator reference, one page per operator.
+
+The `infiniops_docs` target runs this on the build manifest, then Sphinx with
+`docs/reference/conf.py`. A page shows the operator's free-function overloads
+(from the overload strings of its base), its class, its semantics (the base
+class docstring, read with `ast`) and the implementations this build has.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from generate_manifest import (  # noqa: E402  (the scripts directory is not a package)
+    ManifestError,
+    parse_overload,
+    read_base,
+)
+
+# Keyword-only parameters every free function has (contract 1.2).
+_CALL_KEYWORDS = "stream: int = 0, implementation_index: int | None = None"
+
+
+def _signature(overload: str) -> str:
+    parameters = []
+    for parameter in parse_overload(overload):
+        text = f"{parameter.name}: {parameter.type}"
+        if parameter.default is not None:
+            text += f" = {parameter.default}"
+        parameters.append(text)
+    return ", ".join(parameters)
+
+
+def _written(overload: str) -> list[str]:
+    return [p.name for p in parse_overload(overload) if p.writes]
+
+
+def _indent(text: str, prefix: str = "   ") -> str:
+    return "\n".join(
+        prefix + line if line.strip() else "" for line in text.splitlines()
+    )
+
+
+def operator_page(op: str, info: Mapping[str, Any], docstring: str) -> str:
+    """The reST page of one operator."""
+    lines = [op, "=" * len(op), ""]
+    # One directive with a signature per line documents every overload under
+    # one index entry.
+    directive = ".. py:function:: "
+    for index, overload in enumerate(info["overloads"]):
+        prefix = directive if index == 0 else " " * len(directive)
+        lines.append(
+            f"{prefix}infini.ops.{op}({_signature(overload)}, *, {_CALL_KEYWORDS})"
+        )
+    written = []
+    for overload in info["overloads"]:
+        written += [name for name in _written(overload) if name not in written]
+    if written:
+        lines += ["", f"   Writes {', '.join(f'``{name}``' for name in written)}."]
+    lines.append("")
+    if docstring:
+        lines += [docstring, ""]
+    lines += [
+        f".. py:class:: infini.ops.{info['class']}",
+        "",
+        "   Built once for the tensors' metadata, then called with any of the",
+        "   overloads above; ``active_implementation_indices(device)`` and",
+        "   ``clear_cache()`` are its static methods.",
+        "",
+        "Implementations in this build",
+        "-----------------------------",
+        "",
+        ".. list-table::",
+        "   :header-rows: 1",
+        "",
+        "   * - Slot",
+        "     - Backend",
+        "     - Devices",
+        "     - Class",
+    ]
+    for implementation in info["implementations"]:
+        lines += [
+            f"   * - {implementation['slot']}",
+            f"     - {implementation['backend']}",
+            f"     - {', '.join(implementation['devices'])}",
+            f"     - ``{implementation['module']}.{implementation['class']}``",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def index_page(manifest: Mapping[str, Any]) -> str:
+    """The reST index: what the build contains and a table of contents."""
+    title = f"InfiniOps {manifest['package_version']} operator reference"
+    enabled = [name for name, on in manifest["backends"].items() if on]
+    lines = [
+        title,
+        "=" * len(title),
+        "",
+        f"Devices: {', '.join(manifest['devices'])}. Backends: {', '.join(enabled)}.",
+        "",
+        ".. toctree::",
+        "   :maxdepth: 1",
+        "",
+    ]
+    lines += [f"   {op}" for op in manifest["operators"]]
+    return "\n".join(lines) + "\n"
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    # Sphinx rebuilds pages whose sources are newer, so unchanged pages keep
+    # their modification time.
+    try:
+        if path.read_text(encoding="utf-8") == text:
+            return
+    except OSError:
+        pass
+    path.write_text(text, encoding="utf-8")
+
+
+def write_docs(manifest: Mapping[str, Any], source_dir: Path, output_dir: Path) -> None:
+    """Write `index.rst` and one `<op>.rst` per operator into `output_dir`."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    pages = {"index.rst": index_page(manifest)}
+    for op, info in manifest["operators"].items():
+        base_path = source_dir.joinpath(
+            "src", *info["base_module"].split(".")
+        ).with_suffix(".py")
+        docstring = read_base(source_dir, base_path).docstring
+        pages[f"{op}.rst"] = operator_page(op, info, docstring)
+    for stale in output_dir.glob("*.rst"):
+        if stale.name not in pages:
+            stale.unlink()
+    for name, text in pages.items():
+        _write_if_changed(output_dir / name, text)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--manifest", type=Path, required=True)
+    parser.add_argument("--source-dir", type=Path, required=True)
+    parser.add_argument("--output-dir", type=Path, required=True)
+    arguments = parser.parse_args(argv)
+    try:
+        manifest = json.loads(arguments.manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        print(f"{arguments.manifest}: cannot be read: {error}", file=sys.stderr)
+        return 1
+    try:
+        write_docs(manifest, arguments.source_dir, arguments.output_dir)
+    except ManifestError as error:
+        print(error, file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
