@@ -71,7 +71,7 @@ def main() -> None:
 
     ours, theirs = best["infini.ops.add(x, y, out)"], best["torch.add(x, y, out=out)"]
     lines = [
-        f"## {date.today()} on {platform.machine()} {platform.processor() or ''}".rstrip(),
+        f"## {date.today()} on {platform.machine()}",
         "",
         f"Python {platform.python_version()}, torch {torch.__version__}, "
         f"infini.ops {infini.ops.__version__}; {options.rounds} rounds x "
@@ -82,7 +82,7 @@ def main() -> None:
         f"| `infini.ops.add` (13, 4) fp32, cached | {ours * 1e6:.2f} |",
         f"| `torch.add(..., out=)` (13, 4) fp32 | {theirs * 1e6:.2f} |",
         f"| ratio ours / torch | {ours / theirs:.2f} |",
-        f"| `import infini.ops` after `import torch` | {imported * 1e6:.0f} |",
+        f"| `import infini.ops` after `import torch` (ms) | {imported * 1e3:.1f} |",
         "",
     ]
     print("\n".join(lines))

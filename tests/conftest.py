@@ -151,8 +151,8 @@ def pytest_generate_tests(metafunc):
                         0,
                         id="skip",
                         marks=pytest.mark.skip(
-                            reason=f"{cls.__name__} has no active implementation on any "
-                            "available device"
+                            reason=f"{cls.__name__} has no active implementation "
+                            "on any available device"
                         ),
                     )
                 ]

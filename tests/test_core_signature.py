@@ -67,8 +67,8 @@ def test_keywords_defaults_and_required_parameters_after_defaults():
         Overload(0, "a: Tensor, b: Tensor, y: Tensor!"),
         Overload(
             1,
-            "a: Tensor, b: Tensor, c: Tensor|None, alpha: float|None, beta: float|None, "
-            "trans_a: int|None, trans_b: int|None, y: Tensor!",
+            "a: Tensor, b: Tensor, c: Tensor|None, alpha: float|None, "
+            "beta: float|None, trans_a: int|None, trans_b: int|None, y: Tensor!",
         ),
     ]
     overload, values, _ = resolve(gemm, ("a", "b"), {"alpha": 2.0, "y": "y"})

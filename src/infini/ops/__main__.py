@@ -20,11 +20,15 @@ def info() -> int:
     from infini.ops.core.manifest import MANIFEST_PATH, load_manifest
 
     manifest = load_manifest()
-    print(f"InfiniOps {manifest.get('package_version')} ({MANIFEST_PATH.parent.parent})")
+    print(
+        f"InfiniOps {manifest.get('package_version')} ({MANIFEST_PATH.parent.parent})"
+    )
     print(f"devices: {', '.join(manifest['devices'])}")
     backends = [name for name, on in manifest.get("backends", {}).items() if on]
     print(f"backends: {', '.join(backends)}")
-    print(f"python bindings: {'on' if manifest.get('python_bindings', True) else 'off'}")
+    print(
+        f"python bindings: {'on' if manifest.get('python_bindings', True) else 'off'}"
+    )
     print(f"compiled-ahead instantiations: {len(manifest.get('instantiations', []))}")
     options = manifest.get("options", {})
     if options:
@@ -71,7 +75,8 @@ def precompile(selected: list[str]) -> int:
                 compiled += hook() or 0
         label = f"{item['operator']} on {item['device']} slot {item['slot']}"
         if compiled:
-            print(f"{label}: {compiled} kernels in {time.perf_counter() - start:.1f} s")
+            seconds = time.perf_counter() - start
+            print(f"{label}: compiled by {compiled} warm-up calls in {seconds:.1f} s")
         else:
             print(f"{label}: compiles on first use")
     return 0

@@ -26,10 +26,15 @@ class Add(Operator):
 
     def __init__(self, args) -> None:
         super().__init__(args)
-        self.require_same_dtype("input", {"input": args.input, "other": args.other, "out": args.out})
-        check_broadcast_to_output(self, "out", args.out, {"input": args.input, "other": args.other})
+        self.require_same_dtype(
+            "input", {"input": args.input, "other": args.other, "out": args.out}
+        )
+        check_broadcast_to_output(
+            self, "out", args.out, {"input": args.input, "other": args.other}
+        )
         if is_integer(args.out.dtype) and args.alpha != int(args.alpha):
             raise self.error(
-                f"`alpha` must be integral for integer dtype {args.out.dtype}, got {args.alpha}."
+                f"`alpha` must be integral for integer dtype {args.out.dtype}, "
+                f"got {args.alpha}."
             )
         self.alpha = args.alpha

@@ -42,7 +42,9 @@ class Device(NamedTuple):
     index: int
 
     def __str__(self) -> str:
-        return self.platform if self.platform == "cpu" else f"{self.platform}:{self.index}"
+        return (
+            self.platform if self.platform == "cpu" else f"{self.platform}:{self.index}"
+        )
 
 
 class DeviceMap:

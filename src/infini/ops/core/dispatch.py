@@ -103,7 +103,9 @@ def _sequence_key(value):
     if value is None:
         return None
     return tuple(
-        _sequence_key(item) if isinstance(item, (list, tuple)) else (_SCALAR_TYPES[type(item)], item)
+        _sequence_key(item)
+        if isinstance(item, (list, tuple))
+        else (_SCALAR_TYPES[type(item)], item)
         for item in value
     )
 
@@ -157,7 +159,9 @@ class OperatorEntry:
     @property
     def bound_overloads(self) -> tuple[BoundOverload, ...]:
         if self._bound is None:
-            overloads = [Overload(i, text) for i, text in enumerate(self.overload_texts)]
+            overloads = [
+                Overload(i, text) for i, text in enumerate(self.overload_texts)
+            ]
             self.canonical = _canonical_parameters(overloads)
             self.canonical_tensors = tuple(
                 name
@@ -197,10 +201,14 @@ class OperatorEntry:
 
     # -- calls -----------------------------------------------------------------
 
-    def call(self, args: tuple, kwargs: dict, stream, implementation_index, config=None):
+    def call(
+        self, args: tuple, kwargs: dict, stream, implementation_index, config=None
+    ):
         """The free function's body."""
         if config is not None:
-            return self._call_with_config(args, kwargs, stream, implementation_index, config)
+            return self._call_with_config(
+                args, kwargs, stream, implementation_index, config
+            )
         try:
             cache = self._local.cache
         except AttributeError:
@@ -245,7 +253,9 @@ class OperatorEntry:
         operator = self._build(bound, values, None)
         return operator, self._tensor_geometry(bound, values)
 
-    def call_constructed(self, operator: Operator, geometry: tuple, args, kwargs) -> None:
+    def call_constructed(
+        self, operator: Operator, geometry: tuple, args, kwargs
+    ) -> None:
         """A class instance's `__call__`: runs its operator, no cache, no trace."""
         bound, values = self._resolve(args, kwargs)
         if self._tensor_geometry(bound, values) != geometry:
@@ -295,7 +305,9 @@ class OperatorEntry:
 
         return tuple(geometry(t) for t in bound.tensors(values))
 
-    def _build(self, bound: BoundOverload, values: tuple, implementation_index, config=None):
+    def _build(
+        self, bound: BoundOverload, values: tuple, implementation_index, config=None
+    ):
         overload = bound.overload
         device = self._dispatch_device(overload, values)
         slot = self._resolve_slot(device.platform, implementation_index)
@@ -331,7 +343,8 @@ class OperatorEntry:
         if implementation_index is None:
             if not active:
                 raise ValueError(
-                    f"No active implementation for {self.class_name} on device {platform}"
+                    f"No active implementation for {self.class_name} "
+                    f"on device {platform}"
                 )
             return active[0]
         if type(implementation_index) is not int or implementation_index < 0:
@@ -363,14 +376,21 @@ class OperatorEntry:
 
     def _read_tensors(self, parameter, value):
         if value is None:
-            if parameter.kind == OPTIONAL_TENSOR or parameter.kind == OPTIONAL_TENSOR_LIST:
+            if (
+                parameter.kind == OPTIONAL_TENSOR
+                or parameter.kind == OPTIONAL_TENSOR_LIST
+            ):
                 return None
-            raise OperatorError(self.name, f"`{parameter.name}` must be a tensor, got None.")
+            raise OperatorError(
+                self.name, f"`{parameter.name}` must be a tensor, got None."
+            )
         if parameter.kind in (TENSOR_LIST, OPTIONAL_TENSOR_LIST):
             return [
                 None
                 if item is None and parameter.kind == OPTIONAL_TENSOR_LIST
-                else read_meta(item, self.device_map, self.name, f"{parameter.name}[{i}]")
+                else read_meta(
+                    item, self.device_map, self.name, f"{parameter.name}[{i}]"
+                )
                 for i, item in enumerate(value)
             ]
         return read_meta(value, self.device_map, self.name, parameter.name)
@@ -455,7 +475,9 @@ def make_class(entry: OperatorEntry) -> type:
         "__doc__": _signature_doc(entry),
         "__init__": __init__,
         "__call__": __call__,
-        "active_implementation_indices": staticmethod(entry.active_implementation_indices),
+        "active_implementation_indices": staticmethod(
+            entry.active_implementation_indices
+        ),
         "clear_cache": staticmethod(entry.clear_cache),
     }
     return type(entry.class_name, (), namespace)

@@ -61,7 +61,9 @@ class Operator:
     # tensor parameters in order (lists for tensor lists, `None` for absent
     # optional tensors); `stream` is the caller's raw stream handle.
     def launch(self, stream: int, *tensors) -> None:
-        raise NotImplementedError(f"`{self.name}` has no launch for this implementation")
+        raise NotImplementedError(
+            f"`{self.name}` has no launch for this implementation"
+        )
 
     # Helpers for validation messages.
     def error(self, message: str) -> OperatorError:
@@ -94,11 +96,14 @@ class Operator:
                     f"{expected}; they must match."
                 )
 
-    def require_shape(self, name: str, meta: TensorMeta, shape: tuple, why: str = "") -> None:
+    def require_shape(
+        self, name: str, meta: TensorMeta, shape: tuple, why: str = ""
+    ) -> None:
         if tuple(meta.shape) != tuple(shape):
             reason = f" {why}" if why else ""
             raise self.error(
-                f"`{name}` must have shape {tuple(shape)}{reason}, got {tuple(meta.shape)}."
+                f"`{name}` must have shape {tuple(shape)}{reason}, "
+                f"got {tuple(meta.shape)}."
             )
 
     def require_ndim(self, name: str, meta: TensorMeta, ndims: Sequence[int]) -> None:

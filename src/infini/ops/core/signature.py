@@ -55,7 +55,9 @@ class Parameter:
 
     __slots__ = ("name", "type", "kind", "optional", "writes", "default", "has_default")
 
-    def __init__(self, name: str, type_text: str, writes: bool, default: object) -> None:
+    def __init__(
+        self, name: str, type_text: str, writes: bool, default: object
+    ) -> None:
         self.name = name
         self.type = type_text
         self.writes = writes
@@ -133,7 +135,9 @@ def _is_int(value: object) -> bool:
 
 
 def _is_sequence(value: object) -> bool:
-    return isinstance(value, Sequence) and not isinstance(value, (str, bytes, bytearray))
+    return isinstance(value, Sequence) and not isinstance(
+        value, (str, bytes, bytearray)
+    )
 
 
 def _match_scalar(kind: str, value: object, lenient: bool) -> bool:

@@ -69,7 +69,8 @@ class TensorMeta:
 
 def is_tensor_like(value: object) -> bool:
     return all(
-        hasattr(value, attribute) for attribute in ("data_ptr", "shape", "stride", "dtype", "device")
+        hasattr(value, attribute)
+        for attribute in ("data_ptr", "shape", "stride", "dtype", "device")
     )
 
 

@@ -406,3 +406,129 @@ class UnaryLaunch:
             self.chunks,
             self.total,
         )
+
+
+@cache
+def flat_binary_kernels(combine, dtype: str):
+    """Serial and parallel kernels for the common case of three contiguous
+    operands of one dtype: `out[i] = combine(a[i], b[i], scalar)`. Fewer
+    arguments than `binary_kernels` make the call itself cheaper, which is
+    most of the cost for small tensors."""
+    from numba import prange
+
+    from .jit import kernel
+    from .memory import element_array
+
+    load, store = loader(dtype), storer(dtype, dtype)
+    storage = STORAGE[dtype]
+    compute_type = COMPUTE[dtype]
+
+    def run(out_address, a_address, b_address, total, chunk_size, chunks, scalar):
+        o = element_array(out_address, total, storage)
+        a = element_array(a_address, total, storage)
+        b = element_array(b_address, total, storage)
+        value = compute_type(scalar)
+        for chunk in prange(chunks):
+            start = chunk * chunk_size
+            stop = min(start + chunk_size, total)
+            for i in range(start, stop):
+                store(
+                    o,
+                    i,
+                    combine(compute_type(load(a, i)), compute_type(load(b, i)), value),
+                )
+
+    return kernel(run), kernel(run, parallel=True)
+
+
+class BinaryElementwise:
+    """A planned `out = combine(input, other, scalar)` over tensors of one
+    dtype, `input` and `other` broadcast to `out`'s shape.
+
+    Builds the row plan, picks the flat kernel when all three operands are
+    contiguous with the same layout, and stages the result when `out`
+    overlaps an input in any way other than exactly (see `AliasGuard`).
+    """
+
+    def __init__(self, combine, out, input, other, scalar) -> None:
+        shape = out.shape
+        strides = [
+            out.strides,
+            broadcast_strides(input.shape, input.strides, shape),
+            broadcast_strides(other.shape, other.strides, shape),
+        ]
+        self.plan = plan = RowPlan(shape, strides)
+        self.numel = plan.numel
+        self.chunk_size, self.chunks = chunking(plan)
+        self.total = plan.rows * plan.inner
+        self.scalar = scalar
+        dtype = out.dtype
+        self.flat = plan.rows == 1 and plan.inner_strides == (1, 1, 1)
+        kernels = (
+            flat_binary_kernels(combine, dtype)
+            if self.flat
+            else binary_kernels(combine, dtype, dtype, dtype, dtype)
+        )
+        self.kernel = kernels[1] if self.chunks > 1 else kernels[0]
+        # Byte extents for the overlap test, and whether an input may be
+        # written in place (same elements in the same order as `out`).
+        size = out.element_size
+        self.out_bytes = plan.spans[0] * size
+        self.input_bytes = plan.spans[1] * size
+        self.other_bytes = plan.spans[2] * size
+        self.input_in_place = strides[1] == tuple(out.strides)
+        self.other_in_place = strides[2] == tuple(out.strides)
+
+    def __call__(self, stream, input, other, out) -> None:
+        # The signature of `Operator.launch`: implementations bind an instance
+        # as their `launch`, which saves a call layer on the hot path.
+        if self.numel == 0:
+            return
+        out_address = out.data_ptr()
+        input_address = input.data_ptr()
+        other_address = other.data_ptr()
+        out_end = out_address + self.out_bytes
+        staged = None
+        if (
+            input_address < out_end
+            and out_address < input_address + self.input_bytes
+            and not (self.input_in_place and input_address == out_address)
+        ) or (
+            other_address < out_end
+            and out_address < other_address + self.other_bytes
+            and not (self.other_in_place and other_address == out_address)
+        ):
+            staged = staging_like(out)
+            out_address = staged.data_ptr()
+        if self.flat:
+            self.kernel(
+                out_address,
+                input_address,
+                other_address,
+                self.total,
+                self.chunk_size,
+                self.chunks,
+                self.scalar,
+            )
+        else:
+            plan = self.plan
+            spans, steps = plan.spans, plan.inner_strides
+            self.kernel(
+                out_address,
+                input_address,
+                other_address,
+                spans[0],
+                spans[1],
+                spans[2],
+                plan.inner,
+                plan.row_offsets,
+                steps[0],
+                steps[1],
+                steps[2],
+                self.chunk_size,
+                self.chunks,
+                self.total,
+                self.scalar,
+            )
+        if staged is not None:
+            out.copy_(staged)
