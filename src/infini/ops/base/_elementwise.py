@@ -6,7 +6,9 @@ from infini.ops.core.operator import Operator
 from infini.ops.native.cpu.elementwise import broadcast_shape
 
 
-def check_broadcast_to_output(operator: Operator, out_name: str, out, inputs: dict) -> None:
+def check_broadcast_to_output(
+    operator: Operator, out_name: str, out, inputs: dict
+) -> None:
     """Every input must broadcast to the output's shape, and the output must
     be exactly the broadcast shape."""
     shapes = [meta.shape for meta in inputs.values()]
