@@ -32,15 +32,6 @@ def float32_to_float16_bits(typingctx, value):
 
 
 @intrinsic
-def float64_to_float16_bits(typingctx, value):
-    # Direct rounding from float64 avoids the double rounding of a float32 step.
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(builder.fptrunc(args[0], ir.HalfType()), ir.IntType(16))
-
-    return types.uint16(types.float64), codegen
-
-
-@intrinsic
 def float32_bits(typingctx, value):
     def codegen(context, builder, signature, args):
         return builder.bitcast(args[0], ir.IntType(32))
@@ -71,9 +62,10 @@ def float32_to_bfloat16_bits(value):
 
 
 @helper
-def float64_to_bfloat16_bits(value):
-    # Round to float32 with the sticky bit kept (round-to-odd), then to
-    # bfloat16, which equals a single correct rounding from float64.
+def float64_to_float32_round_to_odd(value):
+    """Narrows to float32 keeping the sticky bit (round to odd): rounding that
+    result again to a format of at most 22 significand bits (float16,
+    bfloat16) equals one correct rounding from float64."""
     narrowed = np.float32(value)
     if np.float64(narrowed) != value and narrowed == narrowed:
         bits = float32_bits(narrowed)
@@ -83,4 +75,16 @@ def float64_to_bfloat16_bits(value):
             else:
                 bits = bits - np.uint32(1)
         narrowed = bits_float32(bits)
-    return float32_to_bfloat16_bits(narrowed)
+    return narrowed
+
+
+@helper
+def float64_to_bfloat16_bits(value):
+    return float32_to_bfloat16_bits(float64_to_float32_round_to_odd(value))
+
+
+@helper
+def float64_to_float16_bits(value):
+    # LLVM's direct double -> half conversion needs a runtime routine
+    # (`__truncdfhf2`) that Numba does not link, so go through float32.
+    return float32_to_float16_bits(float64_to_float32_round_to_odd(value))

@@ -1,0 +1,223 @@
+"""Matrix products on the CPU through NumPy's BLAS.
+
+Operands arrive as data addresses with shapes and strides (in elements);
+`HostView` turns one into a NumPy array over the caller's memory without a
+copy, keeping every stride (stride-0 broadcasts and transposes included).
+`MatmulPlan` then runs ``out = alpha * (a @ b) + bias`` in float32 (float64
+for float64 tensors): 16-bit floats are widened first and the result is
+rounded back once, to nearest even. The product goes straight into the
+caller's output when that is safe (a float32/float64 output that overlaps no
+input and that BLAS can write); otherwise into a buffer that is copied into
+the output afterwards, so an output may alias its inputs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .memory import span
+
+# The NumPy type a tensor's memory is viewed as: bfloat16 has no NumPy type
+# and is viewed as its `uint16` bit pattern.
+_VIEW_TYPES = {
+    "float16": np.dtype(np.float16),
+    "bfloat16": np.dtype(np.uint16),
+    "float32": np.dtype(np.float32),
+    "float64": np.dtype(np.float64),
+}
+MATMUL_DTYPES = tuple(_VIEW_TYPES)
+
+
+def compute_type(dtype: str) -> np.dtype:
+    """The type products are computed in: float64 for float64, else float32."""
+    return np.dtype(np.float64 if dtype == "float64" else np.float32)
+
+
+class _Interface:
+    """Exposes caller memory to NumPy through the array interface protocol."""
+
+    __slots__ = ("__array_interface__",)
+
+    def __init__(self, interface: dict) -> None:
+        self.__array_interface__ = interface
+
+
+class HostView:
+    """Builds NumPy views of one operand's memory from its address."""
+
+    def __init__(self, shape, strides, dtype: str) -> None:
+        self.dtype = dtype
+        self.view_type = _VIEW_TYPES[dtype]
+        itemsize = self.view_type.itemsize
+        self.shape = tuple(shape)
+        self.strides = tuple(strides)
+        self.byte_strides = tuple(stride * itemsize for stride in strides)
+        self.nbytes = span(shape, strides) * itemsize
+        self.empty = self.nbytes == 0
+        self._template = {
+            "shape": self.shape,
+            "typestr": self.view_type.str,
+            "strides": self.byte_strides,
+            "version": 3,
+        }
+
+    def raw(self, address: int) -> np.ndarray:
+        """The caller's memory as an array of the storage type (writable)."""
+        if self.empty:
+            return np.empty(self.shape, self.view_type)
+        interface = dict(self._template)
+        interface["data"] = (address, False)
+        return np.asarray(_Interface(interface))
+
+    def load(self, address: int, target: np.dtype) -> np.ndarray:
+        """The values as `target` (float32/float64): a view when no
+        conversion is needed, else a converted copy."""
+        array = self.raw(address)
+        if self.dtype == "bfloat16":
+            return bfloat16_to_float32(array).astype(target, copy=False)
+        return array.astype(target, copy=False)
+
+    def overlaps(self, address: int, other: HostView, other_address: int) -> bool:
+        if self.empty or other.empty:
+            return False
+        return (
+            address < other_address + other.nbytes
+            and other_address < address + self.nbytes
+        )
+
+
+def bfloat16_to_float32(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def float32_to_bfloat16(values: np.ndarray) -> np.ndarray:
+    """Rounds float32 values to bfloat16 bit patterns, to nearest even,
+    keeping NaNs quiet (as torch does)."""
+    values = np.ascontiguousarray(values, dtype=np.float32)
+    bits = values.view(np.uint32)
+    rounded = bits + (np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1)))
+    result = (rounded >> np.uint32(16)).astype(np.uint16)
+    nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
+    if nan.any():
+        quiet = ((bits >> np.uint32(16)) | np.uint32(0x40)).astype(np.uint16)
+        result = np.where(nan, quiet, result)
+    return result
+
+
+def store(view: HostView, address: int, values: np.ndarray) -> None:
+    """Writes float32/float64 `values` into the operand, rounding to nearest
+    even for 16-bit floats."""
+    target = view.raw(address)
+    if view.dtype == "bfloat16":
+        values = float32_to_bfloat16(values)
+    np.copyto(target, values, casting="unsafe")
+
+
+def _blas_writable(view: HostView) -> bool:
+    """Whether NumPy's matmul can hand this output to BLAS directly: the last
+    dimension unit-stride and rows not overlapping (else NumPy falls back to
+    a slow loop or the writes would collide)."""
+    if len(view.shape) < 2 or view.empty:
+        return False
+    rows, cols = view.shape[-2:]
+    row_stride, col_stride = view.strides[-2:]
+    return (col_stride == 1 or cols == 1) and (row_stride >= cols or rows == 1)
+
+
+def _blas_readable(array: np.ndarray) -> np.ndarray:
+    """`array` itself when BLAS can read each matrix in place (one dimension
+    unit-stride, as a plain or transposed matrix), else a contiguous copy:
+    NumPy's matmul would otherwise use its slow generic loop."""
+    if array.ndim < 2:
+        return array
+    itemsize = array.itemsize
+    rows, cols = array.shape[-2:]
+    row_stride, col_stride = array.strides[-2:]
+    if (col_stride == itemsize or cols == 1) and row_stride >= cols * itemsize:
+        return array
+    if (row_stride == itemsize or rows == 1) and col_stride >= rows * itemsize:
+        return array
+    if rows <= 1 or cols <= 1:
+        return array
+    return np.ascontiguousarray(array)
+
+
+class MatmulPlan:
+    """``out = alpha * (a @ b) [+ bias]`` with NumPy matmul semantics for
+    `a`, `b` and `out` (views given as `HostView`s; leading dimensions
+    broadcast, 1-D operands are promoted), `bias` broadcast to `out`."""
+
+    def __init__(
+        self,
+        a: HostView,
+        b: HostView,
+        out: HostView,
+        *,
+        alpha: float = 1.0,
+        bias: HostView | None = None,
+    ) -> None:
+        self.a, self.b, self.out, self.bias = a, b, out, bias
+        self.alpha = alpha
+        self.compute = compute_type(out.dtype)
+        # (view, position in the `run` addresses) of every input.
+        self.inputs = [
+            (view, position)
+            for position, view in enumerate((a, b, bias))
+            if view is not None
+        ]
+        native = out.dtype in ("float32", "float64")
+        self.direct = native and _blas_writable(out)
+        self.numel = int(np.prod(out.shape, dtype=np.int64))
+        # `k == 0`: the product is all zeros (plus the bias); the inputs are
+        # empty and never read.
+        self.reduction_empty = a.empty or b.empty
+
+    def run(self, a_address: int, b_address: int, out_address: int, bias_address=0):
+        if self.numel == 0:
+            return
+        out_view = self.out
+        if self.reduction_empty:
+            result = np.zeros(out_view.shape, self.compute)
+        else:
+            a = _blas_readable(self.a.load(a_address, self.compute))
+            b = _blas_readable(self.b.load(b_address, self.compute))
+            addresses = (a_address, b_address, bias_address)
+            if self.direct and not any(
+                out_view.overlaps(out_address, view, addresses[position])
+                for view, position in self.inputs
+            ):
+                target = out_view.raw(out_address)
+                np.matmul(a, b, out=target)
+                self._finish(target, bias_address)
+                return
+            # `asarray`: a 1-D by 1-D product is a NumPy scalar.
+            result = np.asarray(np.matmul(a, b))
+        self._finish(result, bias_address)
+        store(out_view, out_address, result)
+
+    def _finish(self, result: np.ndarray, bias_address: int) -> None:
+        if self.alpha != 1.0:
+            np.multiply(result, self.compute.type(self.alpha), out=result)
+        if self.bias is not None and not self.bias.empty:
+            np.add(result, self.bias.load(bias_address, self.compute), out=result)
+
+
+def merge_leading(shape, strides):
+    """``((rows, cols), (row_stride, col_stride))`` viewing a tensor of 3 or
+    more dimensions as a matrix (all leading dimensions merged), or `None`
+    when its layout does not allow that without a copy."""
+    if len(shape) < 3:
+        return None
+    leading = [
+        (size, stride)
+        for size, stride in zip(shape[:-1], strides[:-1], strict=True)
+        if size != 1
+    ]
+    rows = 1
+    for size, _ in leading:
+        rows *= size
+    for (_, outer), (size, inner) in zip(leading, leading[1:], strict=False):
+        if outer != inner * size:
+            return None
+    row_stride = leading[-1][1] if leading else shape[-1]
+    return (rows, shape[-1]), (row_stride, strides[-1])

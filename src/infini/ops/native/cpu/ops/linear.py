@@ -1,0 +1,42 @@
+"""CPU `linear` (slot 0): NumPy's BLAS on views of the caller's tensors."""
+
+from __future__ import annotations
+
+from infini.ops.base.linear import Linear
+from infini.ops.core.registry import implementation
+from infini.ops.native.cpu.blas import HostView, MatmulPlan, merge_leading
+
+
+@implementation(operator="linear", devices=("cpu",), slot=0)
+class CpuLinear(Linear):
+    def __init__(self, args) -> None:
+        super().__init__(args)
+        input, weight, bias, out = args.input, args.weight, args.bias, args.out
+        input_shape, input_strides = input.shape, input.strides
+        out_shape, out_strides = out.shape, out.strides
+        # One BLAS call for all leading dimensions when both `input` and `out`
+        # can be seen as matrices; else NumPy loops over them.
+        merged_input = merge_leading(input_shape, input_strides)
+        merged_out = merge_leading(out_shape, out_strides)
+        if merged_input is not None and merged_out is not None:
+            (input_shape, input_strides), (out_shape, out_strides) = (
+                merged_input,
+                merged_out,
+            )
+        weight_t = HostView(weight.shape[::-1], weight.strides[::-1], weight.dtype)
+        self.plan = MatmulPlan(
+            HostView(input_shape, input_strides, input.dtype),
+            weight_t,
+            HostView(out_shape, out_strides, out.dtype),
+            bias=None
+            if bias is None
+            else HostView(bias.shape, bias.strides, bias.dtype),
+        )
+
+    def launch(self, stream, input, weight, bias, out) -> None:
+        self.plan.run(
+            input.data_ptr(),
+            weight.data_ptr(),
+            out.data_ptr(),
+            0 if bias is None else bias.data_ptr(),
+        )

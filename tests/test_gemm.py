@@ -1,0 +1,256 @@
+import pytest
+import torch
+
+import infini.ops
+from tests.utils import Payload, empty_strided, randn_strided
+
+# A k-term float32 dot product carries about sqrt(k) * eps * |a| |b| of
+# rounding that depends on the summation order (BLAS blocking), an absolute
+# error on entries that cancel: measured 4e-5 at k = 2048 against float64.
+# 16-bit results round once from float32; a float32 difference can flip that
+# rounding by one ulp, 2^-8 relative for bfloat16.
+DTYPES = (
+    (torch.float32, 1e-5, 1e-4),
+    (torch.float16, 1e-3, 1e-3),
+    (torch.bfloat16, 1e-2, 1e-2),
+)
+
+# op(a) shape, op(b) shape, y shape, then the strides of op(a), op(b) and y
+# (`None` = contiguous). With `trans_*` set, the tensor passed is the
+# transpose of op(a) / op(b) (a column-major view of the same memory).
+CASES = (
+    ((1, 2048), (2048, 2048), (1, 2048), None, None, None, True),
+    ((4, 48, 64), (4, 64, 6), (4, 48, 6), None, None, None, True),
+    ((2, 4, 2048), (2, 2048, 256), (2, 4, 256), None, None, None, False),
+    ((1, 2048), (2048, 2048), (1, 2048), (4096, 1), (4096, 1), (4096, 1), False),
+    ((6, 2048), (2048, 320), (6, 320), (2048, 1), (1, 2048), (330, 1), False),
+    ((13, 33), (33, 1), (13, 1), (1, 13), (40, 2), (3, 1), False),
+    ((3, 13, 17), (3, 17, 5), (3, 13, 5), (300, 20, 1), (0, 5, 1), (65, 1, 13), False),
+)
+# (alpha, beta, trans_a, trans_b); all `None` calls the short overload.
+SCALARS = (
+    (None, None, None, None),
+    (1.0, 1.0, False, False),
+    (1.0, 0.0, False, False),
+    (0.5, 0.0, True, False),
+    (-2.0, 1.0, False, True),
+    (1.0, None, True, True),
+)
+
+
+def _params():
+    for *case, smoke in CASES:
+        for scalars in SCALARS:
+            for dtype, rtol, atol in DTYPES:
+                # The contract's smoke cases: float32, no transposes, alpha 1,
+                # beta 1 for a(1, 2048) b(2048, 2048) and 0 for the batched one.
+                beta = 1.0 if case[0] == (1, 2048) else 0.0
+                wanted = smoke and scalars == (1.0, beta, False, False)
+                marks = pytest.mark.smoke if wanted and dtype == torch.float32 else ()
+                yield pytest.param(*case, *scalars, dtype, rtol, atol, marks=marks)
+
+
+def _gemm(a, b, y, alpha, beta, trans_a, trans_b, implementation_index):
+    if (alpha, beta, trans_a, trans_b) == (None, None, None, None):
+        infini.ops.gemm(a, b, y, implementation_index=implementation_index)
+    else:
+        infini.ops.gemm(
+            a,
+            b,
+            None,
+            alpha,
+            beta,
+            trans_a,
+            trans_b,
+            y,
+            implementation_index=implementation_index,
+        )
+    return y
+
+
+def _op(tensor, transposed):
+    return tensor.transpose(-1, -2) if transposed else tensor
+
+
+def _torch_gemm(a, b, y, alpha, beta, trans_a, trans_b, implementation_index):
+    product = _op(a, trans_a).double() @ _op(b, trans_b).double()
+    return (product * (1.0 if alpha is None else alpha)).to(y.dtype)
+
+
+@pytest.mark.auto_act_and_assert
+@pytest.mark.parametrize(
+    "a_shape, b_shape, y_shape, a_strides, b_strides, y_strides, "
+    "alpha, beta, trans_a, trans_b, dtype, rtol, atol",
+    list(_params()),
+)
+def test_gemm(
+    a_shape,
+    b_shape,
+    y_shape,
+    a_strides,
+    b_strides,
+    y_strides,
+    alpha,
+    beta,
+    trans_a,
+    trans_b,
+    dtype,
+    rtol,
+    atol,
+    device,
+    implementation_index,
+):
+    a = _op(randn_strided(a_shape, a_strides, dtype=dtype, device=device), trans_a)
+    b = _op(randn_strided(b_shape, b_strides, dtype=dtype, device=device), trans_b)
+    y = empty_strided(y_shape, y_strides, dtype=dtype, device=device)
+    return Payload(
+        _gemm,
+        _torch_gemm,
+        (a, b, y, alpha, beta, trans_a, trans_b, implementation_index),
+        rtol=rtol,
+        atol=atol,
+    )
+
+
+@pytest.mark.parametrize(
+    "a_shape, b_shape, y_shape",
+    [
+        ((5, 7), (3, 7, 4), (3, 5, 4)),  # a 2-D `a` is shared by every batch
+        ((1, 5, 7), (3, 7, 4), (3, 5, 4)),  # so is a batch of 1
+        ((3, 5, 7), (7, 4), (3, 5, 4)),
+    ],
+)
+def test_gemm_broadcasts_batch(a_shape, b_shape, y_shape, device, implementation_index):
+    a = torch.randn(a_shape, device=device)
+    b = torch.randn(b_shape, device=device)
+    y = torch.empty(y_shape, device=device)
+    _gemm(a, b, y, 2.0, None, None, None, implementation_index)
+    assert torch.allclose(y, 2.0 * torch.matmul(a, b), rtol=1e-5, atol=1e-5)
+
+
+def test_gemm_float64(device, implementation_index):
+    a = torch.randn(3, 33, 13, dtype=torch.float64, device=device)
+    b = torch.randn(3, 17, 33, dtype=torch.float64, device=device)
+    y = torch.empty(3, 13, 17, dtype=torch.float64, device=device)
+    _gemm(a, b, y, 0.25, 0.0, 1, 1, implementation_index)
+    expected = 0.25 * a.transpose(1, 2) @ b.transpose(1, 2)
+    assert torch.allclose(y, expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "m, k, n", [(0, 4, 5), (4, 0, 5), (4, 5, 0), (0, 0, 0)], ids=str
+)
+def test_gemm_zero_size(m, k, n, device, implementation_index):
+    a = torch.randn(m, k, device=device)
+    b = torch.randn(k, n, device=device)
+    y = torch.full((m, n), float("nan"), device=device)
+    _gemm(a, b, y, 3.0, None, None, None, implementation_index)
+    # k == 0: an empty sum is 0.
+    assert torch.equal(y, torch.zeros(m, n, device=device))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("target", ["a", "b"])
+def test_gemm_output_aliases_input(target, dtype, device, implementation_index):
+    a = torch.randn(16, 16, dtype=dtype, device=device)
+    b = torch.randn(16, 16, dtype=dtype, device=device)
+    expected = (a.float() @ b.float()).to(dtype)
+    y = a if target == "a" else b
+    _gemm(a, b, y, None, None, None, None, implementation_index)
+    assert torch.allclose(y.float(), expected.float(), rtol=1e-2, atol=1e-4)
+
+
+def test_gemm_partially_overlapping_output_reads_inputs_first(
+    device, implementation_index
+):
+    storage = torch.randn(20 * 16, device=device)
+    a = storage[: 16 * 16].view(16, 16)
+    b = torch.randn(16, 16, device=device)
+    expected = a @ b
+    y = storage[4 * 16 :].view(16, 16).t()  # overlaps most of `a`, transposed
+    _gemm(a, b, y, None, None, None, None, implementation_index)
+    assert torch.allclose(y, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_gemm_class_builds_once_and_runs(device):
+    a = torch.randn(4, 8, device=device)
+    b = torch.randn(8, 3, device=device)
+    y = torch.empty(4, 3, device=device)
+    operator = infini.ops.Gemm(a, b, y)
+    for _ in range(2):
+        a.normal_()
+        assert operator(a, b, y) is None
+        assert torch.allclose(y, a @ b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.smoke
+def test_gemm_inactive_platforms_report_no_implementations():
+    # Contract 1.5: a CPU-only build has no NVIDIA or Iluvatar slots.
+    assert infini.ops.Gemm.active_implementation_indices("nvidia") == []
+    assert infini.ops.Gemm.active_implementation_indices("iluvatar") == []
+    assert infini.ops.Gemm.active_implementation_indices("cpu") == [0]
+
+
+def test_gemm_rejects_c(device):
+    a = torch.randn(4, 5, device=device)
+    b = torch.randn(5, 6, device=device)
+    y = torch.full((4, 6), 7.0, device=device)
+    c = torch.zeros(4, 6, device=device)
+    with pytest.raises(ValueError, match="`gemm`: `c` is not supported yet"):
+        infini.ops.gemm(a, b, c, 1.0, 1.0, 0, 0, y)
+    assert bool((y == 7.0).all())
+
+
+@pytest.mark.parametrize(
+    "a_shape, b_shape, y_shape, trans_a, match",
+    [
+        ((4, 5), (6, 7), (4, 7), 0, "inner dimensions"),
+        ((5, 4), (5, 7), (4, 7), 0, "inner dimensions"),
+        ((4, 5), (5, 7), (4, 6), 0, "`y` must have shape"),
+        ((4, 5), (5, 7), (2, 4, 7), 0, "`y` must have 2 dimensions"),
+        ((2, 4, 5), (3, 5, 7), (3, 4, 7), 0, "`a` has batch size 2"),
+        ((5,), (5, 7), (7,), 0, "`a` must have 2 or 3 dimensions"),
+        ((1, 2, 4, 5), (5, 7), (1, 2, 4, 7), 0, "`a` must have 2 or 3 dimensions"),
+    ],
+)
+def test_gemm_rejects_bad_shapes_without_writing(
+    a_shape, b_shape, y_shape, trans_a, match, device
+):
+    a = torch.randn(a_shape, device=device)
+    b = torch.randn(b_shape, device=device)
+    y = torch.full(y_shape, 7.0, device=device)
+    with pytest.raises(ValueError, match=f"`gemm`: .*{match}"):
+        infini.ops.gemm(a, b, None, None, None, trans_a, 0, y)
+    assert bool((y == 7.0).all())
+
+
+def test_gemm_rejects_mismatched_dtypes(device):
+    a = torch.randn(4, 5, device=device)
+    b = torch.randn(5, 6, dtype=torch.float16, device=device)
+    with pytest.raises(ValueError, match="`gemm`: `b` has dtype float16"):
+        infini.ops.gemm(a, b, torch.empty(4, 6, device=device))
+
+
+def test_gemm_rejects_unsupported_dtype(device):
+    a = torch.ones(4, 5, dtype=torch.int32, device=device)
+    b = torch.ones(5, 6, dtype=torch.int32, device=device)
+    y = torch.empty(4, 6, dtype=torch.int32, device=device)
+    with pytest.raises(ValueError, match="`gemm`: `y` has dtype int32"):
+        infini.ops.gemm(a, b, y)
+
+
+def test_gemm_rejects_broadcast_output(device):
+    a = torch.randn(4, 5, device=device)
+    b = torch.randn(5, 6, device=device)
+    y = torch.empty(1, 6, device=device).expand(4, 6)
+    with pytest.raises(ValueError, match="`gemm`: `y` is written but has a stride-0"):
+        infini.ops.gemm(a, b, y)
+
+
+def test_gemm_rejects_non_tensor_arguments(device):
+    b = torch.randn(5, 6, device=device)
+    y = torch.empty(4, 6, device=device)
+    with pytest.raises(ValueError, match="`gemm`: `a` must be a tensor"):
+        infini.ops.gemm([[1.0] * 5] * 4, b, y)
+    with pytest.raises(TypeError, match="`gemm`: incompatible function arguments"):
+        infini.ops.gemm(b, b, None, "2", None, 0, 0, y)

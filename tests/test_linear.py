@@ -1,0 +1,206 @@
+import pytest
+import torch
+
+import infini.ops
+from tests.utils import Payload, empty_strided, randn_strided
+
+# float32: the summation order of a k-term dot product (BLAS blocking) moves
+# results by about sqrt(k) * eps * |x| |w|, an absolute error where the sum
+# cancels. 16-bit results round once from float32; a float32 difference can
+# flip that rounding by one ulp, 2^-8 relative for bfloat16.
+DTYPES = (
+    (torch.float32, 1e-5, 1e-5),
+    (torch.float16, 1e-3, 1e-3),
+    (torch.bfloat16, 1e-2, 1e-2),
+)
+
+# input shape, weight shape, input strides, weight strides, out strides, smoke
+CASES = (
+    ((4, 64), (32, 64), None, None, None, True),
+    ((2, 4, 64), (32, 64), None, None, None, True),
+    ((64,), (32, 64), None, None, None, False),
+    ((13, 33), (17, 33), (1, 13), None, None, False),
+    ((13, 33), (17, 33), None, (1, 17), (1, 13), False),
+    ((3, 5, 33), (7, 33), (400, 40, 1), (66, 2), None, False),
+    ((3, 5, 33), (7, 33), (0, 33, 1), None, (1, 3, 15), False),
+    ((2, 1, 4097), (3, 4097), None, None, None, False),
+    ((0, 64), (32, 64), None, None, None, False),
+)
+
+
+def _params():
+    for *case, smoke in CASES:
+        for has_bias in (False, True):
+            for dtype, rtol, atol in DTYPES:
+                # Smoke: float32, without bias for 2-D input, with for 3-D.
+                wanted = smoke and has_bias == (len(case[0]) == 3)
+                marks = pytest.mark.smoke if wanted and dtype == torch.float32 else ()
+                yield pytest.param(*case, has_bias, dtype, rtol, atol, marks=marks)
+
+
+def _linear(input, weight, bias, out, implementation_index):
+    infini.ops.linear(
+        input, weight, bias, out, implementation_index=implementation_index
+    )
+    return out
+
+
+def _torch_linear(input, weight, bias, out, implementation_index):
+    result = torch.nn.functional.linear(
+        input.double(), weight.double(), None if bias is None else bias.double()
+    )
+    return result.to(out.dtype)
+
+
+@pytest.mark.auto_act_and_assert
+@pytest.mark.parametrize(
+    "input_shape, weight_shape, input_strides, weight_strides, out_strides, "
+    "has_bias, dtype, rtol, atol",
+    list(_params()),
+)
+def test_linear(
+    input_shape,
+    weight_shape,
+    input_strides,
+    weight_strides,
+    out_strides,
+    has_bias,
+    dtype,
+    rtol,
+    atol,
+    device,
+    implementation_index,
+):
+    input = randn_strided(input_shape, input_strides, dtype=dtype, device=device)
+    weight = randn_strided(weight_shape, weight_strides, dtype=dtype, device=device)
+    bias = None
+    if has_bias:
+        bias = randn_strided(weight_shape[:1], (3,), dtype=dtype, device=device)
+    out_shape = input_shape[:-1] + weight_shape[:1]
+    out = empty_strided(out_shape, out_strides, dtype=dtype, device=device)
+    return Payload(
+        _linear,
+        _torch_linear,
+        (input, weight, bias, out, implementation_index),
+        rtol=rtol,
+        atol=atol,
+    )
+
+
+def test_linear_float64(device, implementation_index):
+    input = torch.randn(3, 5, 33, dtype=torch.float64, device=device)
+    weight = torch.randn(7, 33, dtype=torch.float64, device=device)
+    bias = torch.randn(7, dtype=torch.float64, device=device)
+    out = torch.empty(3, 5, 7, dtype=torch.float64, device=device)
+    _linear(input, weight, bias, out, implementation_index)
+    expected = torch.nn.functional.linear(input, weight, bias)
+    assert torch.allclose(out, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_linear_without_in_features_is_the_bias(device, implementation_index):
+    input = torch.randn(4, 0, device=device)
+    weight = torch.randn(3, 0, device=device)
+    bias = torch.randn(3, device=device)
+    out = torch.full((4, 3), float("nan"), device=device)
+    _linear(input, weight, bias, out, implementation_index)
+    assert torch.equal(out, bias.expand(4, 3))
+    _linear(input, weight, None, out, implementation_index)
+    assert torch.equal(out, torch.zeros(4, 3, device=device))
+
+
+@pytest.mark.parametrize("target", ["input", "bias"])
+def test_linear_output_aliases_input(target, device, implementation_index):
+    input = torch.randn(16, 16, device=device)
+    weight = torch.randn(16, 16, device=device)
+    bias = torch.randn(16, 16, device=device)[0]
+    expected = torch.nn.functional.linear(input, weight, bias)
+    # `out` is `input` itself, or a matrix whose first row is `bias`.
+    out = input if target == "input" else torch.as_strided(bias, (16, 16), (16, 1))
+    _linear(
+        input,
+        weight,
+        bias.clone() if target == "input" else bias,
+        out,
+        implementation_index,
+    )
+    assert torch.allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_linear_partially_overlapping_output_reads_inputs_first(
+    device, implementation_index
+):
+    storage = torch.randn(24 * 16, device=device)
+    input = storage[: 16 * 16].view(16, 16)
+    weight = torch.randn(16, 16, device=device)
+    expected = input @ weight.T
+    out = storage[8 * 16 :].view(16, 16).t()
+    _linear(input, weight, None, out, implementation_index)
+    assert torch.allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "input_shape, weight_shape, bias_shape, out_shape, match",
+    [
+        ((4, 64), (32, 63), None, (4, 32), "`in_features` = 63"),
+        ((4, 64), (64,), None, (4,), "`weight` must have 2 dimensions"),
+        ((4, 64), (32, 64), (31,), (4, 32), "`bias` must have shape \\(32,\\)"),
+        ((4, 64), (32, 64), None, (4, 31), "`out` must have shape \\(4, 32\\)"),
+        ((2, 4, 64), (32, 64), None, (8, 32), "`out` must have shape"),
+    ],
+)
+def test_linear_rejects_bad_shapes_without_writing(
+    input_shape, weight_shape, bias_shape, out_shape, match, device
+):
+    input = torch.randn(input_shape, device=device)
+    weight = torch.randn(weight_shape, device=device)
+    bias = None if bias_shape is None else torch.randn(bias_shape, device=device)
+    out = torch.full(out_shape, 7.0, device=device)
+    with pytest.raises(ValueError, match=f"`linear`: .*{match}"):
+        infini.ops.linear(input, weight, bias, out)
+    assert bool((out == 7.0).all())
+
+
+def test_linear_rejects_scalar_input(device):
+    with pytest.raises(ValueError, match="`linear`: `input` must have at least 1"):
+        infini.ops.linear(
+            torch.tensor(1.0, device=device),
+            torch.randn(3, 1, device=device),
+            None,
+            torch.empty(3, device=device),
+        )
+
+
+def test_linear_rejects_mismatched_dtypes(device):
+    input = torch.randn(4, 8, device=device)
+    weight = torch.randn(3, 8, device=device)
+    bias = torch.randn(3, dtype=torch.float64, device=device)
+    with pytest.raises(ValueError, match="`linear`: `bias` has dtype float64"):
+        infini.ops.linear(input, weight, bias, torch.empty(4, 3, device=device))
+
+
+def test_linear_rejects_unsupported_dtype(device):
+    input = torch.ones(4, 8, dtype=torch.int64, device=device)
+    weight = torch.ones(3, 8, dtype=torch.int64, device=device)
+    out = torch.empty(4, 3, dtype=torch.int64, device=device)
+    with pytest.raises(ValueError, match="`linear`: `input` has dtype int64"):
+        infini.ops.linear(input, weight, None, out)
+
+
+def test_linear_rejects_broadcast_output(device):
+    input = torch.randn(4, 8, device=device)
+    weight = torch.randn(3, 8, device=device)
+    out = torch.empty(1, 3, device=device).expand(4, 3)
+    with pytest.raises(
+        ValueError, match="`linear`: `out` is written but has a stride-0"
+    ):
+        infini.ops.linear(input, weight, None, out)
+
+
+def test_linear_rejects_non_tensor_arguments(device):
+    input = torch.randn(4, 8, device=device)
+    weight = torch.randn(3, 8, device=device)
+    out = torch.empty(4, 3, device=device)
+    with pytest.raises(ValueError, match="`linear`: `bias` must be a tensor"):
+        infini.ops.linear(input, weight, 1.0, out)
+    with pytest.raises(TypeError, match="`linear`: incompatible function arguments"):
+        infini.ops.linear(input, weight, out)
