@@ -484,9 +484,14 @@ class BinaryElementwise:
         # as their `launch`, which saves a call layer on the hot path.
         if self.numel == 0:
             return
+        self.run(out, input.data_ptr(), other.data_ptr())
+
+    def run(self, out, input_address: int, other_address: int) -> None:
+        """The launch on input addresses (operands may be views that are not
+        tensors of their own, such as the halves of `silu_and_mul`'s input)."""
+        if self.numel == 0:
+            return
         out_address = out.data_ptr()
-        input_address = input.data_ptr()
-        other_address = other.data_ptr()
         out_end = out_address + self.out_bytes
         staged = None
         if (
