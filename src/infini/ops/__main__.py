@@ -14,6 +14,7 @@ import argparse
 import importlib
 import sys
 import time
+from pathlib import Path
 
 
 def info() -> int:
@@ -21,7 +22,8 @@ def info() -> int:
 
     manifest = load_manifest()
     print(
-        f"InfiniOps {manifest.get('package_version')} ({MANIFEST_PATH.parent.parent})"
+        f"InfiniOps {manifest.get('package_version')} "
+        f"({Path(__file__).resolve().parent}, manifest {MANIFEST_PATH})"
     )
     print(f"devices: {', '.join(manifest['devices'])}")
     backends = [name for name, on in manifest.get("backends", {}).items() if on]

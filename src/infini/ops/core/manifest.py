@@ -7,10 +7,18 @@ overloads and which implementation module serves each (slot, platform).
 from __future__ import annotations
 
 import json
+import os
 from functools import cache
 from pathlib import Path
 
-MANIFEST_PATH = Path(__file__).resolve().parent.parent / "_generated" / "manifest.json"
+# `INFINI_OPS_MANIFEST` points a source checkout at a manifest written by
+# `scripts/generate_manifest.py` (see "Developing" in README.md), so tests can
+# run against the sources without reinstalling; installed packages read
+# their own.
+MANIFEST_PATH = Path(
+    os.environ.get("INFINI_OPS_MANIFEST")
+    or Path(__file__).resolve().parent.parent / "_generated" / "manifest.json"
+)
 
 
 @cache
