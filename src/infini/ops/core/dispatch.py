@@ -451,6 +451,24 @@ def make_function(entry: OperatorEntry) -> Callable:
     else:
 
         def function(*args, stream=0, implementation_index=None, **kwargs):
+            # The common repeated call (positional arguments only, one
+            # overload for their count, operator cached) inlined: every call
+            # layer costs a measurable share of the host overhead.
+            if not kwargs:
+                remembered = entry._by_arity.get(len(args))
+                if remembered is not None and not remembered[1]:
+                    bound = remembered[0]
+                    try:
+                        operator = entry._local.cache[
+                            bound.key(args, implementation_index)
+                        ]
+                    except Exception:
+                        pass
+                    else:
+                        if tracing.TRACE_CALLS:
+                            entry._trace(operator)
+                        operator.launch(stream, *bound.tensors(args))
+                        return None
             return call(args, kwargs, stream, implementation_index)
 
     function.__name__ = function.__qualname__ = entry.name
