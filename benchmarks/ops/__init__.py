@@ -1,0 +1,1 @@
+"""One module per operator: ``cases(tokens, dtype)`` yields `harness.Case`s."""

@@ -1,0 +1,21 @@
+import torch
+
+import infini.ops
+from benchmarks.harness import HIDDEN, Case
+from benchmarks.ops.gemm import MAX_TOKENS
+
+
+def cases(tokens, dtype):
+    if tokens > MAX_TOKENS:
+        return
+    x = torch.randn(tokens, HIDDEN, dtype=dtype)
+    weight = torch.randn(HIDDEN, HIDDEN, dtype=dtype) / HIDDEN**0.5
+    bias = torch.randn(HIDDEN, dtype=dtype)
+    out = torch.empty(tokens, HIDDEN, dtype=dtype)
+    yield Case(
+        f"({tokens}, {HIDDEN}) x ({HIDDEN}, {HIDDEN})^T + bias",
+        lambda: infini.ops.linear(x, weight, bias, out),
+        lambda: torch.addmm(bias, x, weight.t(), out=out),
+        None,
+        weight.numel(),
+    )

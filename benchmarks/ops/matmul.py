@@ -1,0 +1,20 @@
+import torch
+
+import infini.ops
+from benchmarks.harness import HIDDEN, Case
+from benchmarks.ops.gemm import MAX_TOKENS
+
+
+def cases(tokens, dtype):
+    if tokens > MAX_TOKENS:
+        return
+    a = torch.randn(tokens, HIDDEN, dtype=dtype)
+    b = torch.randn(HIDDEN, HIDDEN, dtype=dtype) / HIDDEN**0.5
+    out = torch.empty(tokens, HIDDEN, dtype=dtype)
+    yield Case(
+        f"({tokens}, {HIDDEN}) x ({HIDDEN}, {HIDDEN})",
+        lambda: infini.ops.matmul(a, b, out),
+        lambda: torch.matmul(a, b, out=out),
+        None,
+        b.numel(),
+    )
