@@ -1,0 +1,57 @@
+"""CPU `grouped_topk` (slot 0): one Numba kernel over tokens."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from infini.ops.base.grouped_topk import GroupedTopk
+from infini.ops.core.registry import implementation
+from infini.ops.native.cpu.memory import span
+from infini.ops.native.cpu.routing import (
+    OutputStaging,
+    gating_chunks,
+    grouped_topk_kernels,
+)
+
+
+@implementation(operator="grouped_topk", devices=("cpu",), slot=0)
+class CpuGroupedTopk(GroupedTopk):
+    def __init__(self, args) -> None:
+        super().__init__(args)
+        values, indices = args.topk_values, args.topk_indices
+        scores, bias = args.scores, args.bias
+        operands = (values, indices, scores, bias)
+        self.spans = np.array([span(m.shape, m.strides) for m in operands], np.int64)
+        self.strides = np.array(
+            [(tuple(m.strides) + (0,))[:2] for m in operands], dtype=np.int64
+        )
+        self.chunks = gating_chunks(self.tokens, self.experts)
+        serial, parallel = grouped_topk_kernels(
+            scores.dtype, bias.dtype, values.dtype, indices.dtype
+        )
+        self.kernel = parallel if self.chunks > 1 else serial
+        self.staging = OutputStaging((values, indices), (scores, bias))
+
+    def launch(self, stream, scores, bias, topk_values, topk_indices) -> None:
+        if self.tokens == 0:
+            return
+        outputs = (topk_values, topk_indices)
+        targets = self.staging.targets(outputs, (scores, bias))
+        self.kernel(
+            targets[0].data_ptr(),
+            targets[1].data_ptr(),
+            scores.data_ptr(),
+            bias.data_ptr(),
+            self.spans,
+            self.tokens,
+            self.experts,
+            self.groups,
+            self.topk_group,
+            self.topk,
+            self.strides,
+            self.renormalize,
+            self.routed_scaling_factor,
+            self.sigmoid,
+            self.chunks,
+        )
+        OutputStaging.finish(targets, outputs)

@@ -1,0 +1,69 @@
+"""CPU `moe_align_block_size` (slot 0): a serial counting sort in Numba."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from infini.ops.base.moe_align_block_size import MoeAlignBlockSize
+from infini.ops.core.registry import implementation
+from infini.ops.native.cpu.memory import span
+from infini.ops.native.cpu.routing import OutputStaging, moe_align_kernel
+
+
+@implementation(operator="moe_align_block_size", devices=("cpu",), slot=0)
+class CpuMoeAlignBlockSize(MoeAlignBlockSize):
+    def __init__(self, args) -> None:
+        super().__init__(args)
+        topk_ids, expert_map = args.topk_ids, args.expert_map
+        outputs = (args.sorted_token_ids, args.experts_ids, args.num_tokens_post_pad)
+        operands = outputs + (topk_ids, expert_map)
+        self.spans = np.array(
+            [0 if m is None else span(m.shape, m.strides) for m in operands], np.int64
+        )
+        self.shape = np.array(topk_ids.shape or (1,), np.int64)
+        self.id_strides = np.array(topk_ids.strides or (0,), np.int64)
+        self.steps = np.array(
+            [0 if m is None or not m.strides else m.strides[0] for m in operands],
+            np.int64,
+        )
+        self.map_size = 0 if expert_map is None else expert_map.shape[0]
+        self.sorted_length = args.sorted_token_ids.shape[0]
+        self.block_count = args.experts_ids.shape[0]
+        self.kernel = moe_align_kernel(
+            topk_ids.dtype,
+            None if expert_map is None else expert_map.dtype,
+            args.sorted_token_ids.dtype,
+            args.experts_ids.dtype,
+            args.num_tokens_post_pad.dtype,
+        )
+        self.staging = OutputStaging(outputs, (topk_ids, expert_map))
+
+    def launch(
+        self,
+        stream,
+        topk_ids,
+        expert_map,
+        sorted_token_ids,
+        experts_ids,
+        num_tokens_post_pad,
+    ) -> None:
+        outputs = (sorted_token_ids, experts_ids, num_tokens_post_pad)
+        targets = self.staging.targets(outputs, (topk_ids, expert_map))
+        self.kernel(
+            targets[0].data_ptr(),
+            targets[1].data_ptr(),
+            targets[2].data_ptr(),
+            topk_ids.data_ptr(),
+            0 if expert_map is None else expert_map.data_ptr(),
+            self.spans,
+            self.shape,
+            self.id_strides,
+            self.steps,
+            self.numel,
+            self.num_experts,
+            self.block_size,
+            self.map_size,
+            self.sorted_length,
+            self.block_count,
+        )
+        OutputStaging.finish(targets, outputs)
