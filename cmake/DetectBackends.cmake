@@ -99,6 +99,37 @@ function(infini_ops_find_cuda_toolkit prefix)
   set(${prefix}_VERSION "${version}" PARENT_SCOPE)
 endfunction()
 
+# Sets `<prefix>_NVCC` to the `ptxas` Triton compiles with (`TRITON_PTXAS_PATH`,
+# else the one in Triton's NVIDIA backend) and `<prefix>_VERSION` to its CUDA
+# release; both are empty when there is none. `python_command` runs the
+# interpreter that imports `triton`.
+function(infini_ops_find_triton_ptxas prefix python_command)
+  set(code "import os, triton; print(os.environ.get('TRITON_PTXAS_PATH') or os.path.join(os.path.dirname(triton.__file__), 'backends', 'nvidia', 'bin', 'ptxas'))")
+  execute_process(
+    COMMAND ${python_command} -c "${code}"
+    RESULT_VARIABLE result
+    OUTPUT_VARIABLE ptxas
+    ERROR_QUIET
+    OUTPUT_STRIP_TRAILING_WHITESPACE
+    TIMEOUT 300)
+  set(version "")
+  if(NOT result EQUAL 0 OR NOT EXISTS "${ptxas}")
+    set(ptxas "")
+  else()
+    execute_process(
+      COMMAND "${ptxas}" --version
+      RESULT_VARIABLE result
+      OUTPUT_VARIABLE output
+      ERROR_QUIET
+      TIMEOUT 60)
+    if(result EQUAL 0 AND output MATCHES "release ([0-9]+\\.[0-9]+)")
+      set(version "${CMAKE_MATCH_1}")
+    endif()
+  endif()
+  set(${prefix}_NVCC "${ptxas}" PARENT_SCOPE)
+  set(${prefix}_VERSION "${version}" PARENT_SCOPE)
+endfunction()
+
 # Fails the configure unless `WITH_TRITON` has what it needs (contract 5):
 # NVIDIA, Python bindings, the `triton` package and CUDA Toolkit 12.0+.
 function(infini_ops_check_triton)
@@ -120,9 +151,18 @@ function(infini_ops_check_triton)
   endif()
   infini_ops_find_cuda_toolkit(CUDA)
   if(NOT CUDA_NVCC)
+    # Triton compiles with the CUDA tools it ships (`ptxas`, or the one
+    # `TRITON_PTXAS_PATH` names), so a machine without a CUDA toolkit, such
+    # as a cross-build host without a GPU, still qualifies when those are
+    # 12.0 or later.
+    infini_ops_find_triton_ptxas(CUDA "${TRITON_COMMAND}")
+  endif()
+  if(NOT CUDA_NVCC)
     message(FATAL_ERROR
       "`WITH_TRITON` requires CUDA Toolkit 12.0 or later, but no `nvcc` was "
-      "found in `CUDA_HOME`, `CUDA_PATH` or on `PATH`.")
+      "found in `CUDA_HOME`, `CUDA_PATH` or on `PATH`. Triton's own `ptxas` "
+      "(`TRITON_PTXAS_PATH`, or `triton/backends/nvidia/bin/ptxas`) is "
+      "missing too.")
   endif()
   if(NOT CUDA_VERSION OR CUDA_VERSION VERSION_LESS 12.0)
     if(NOT CUDA_VERSION)

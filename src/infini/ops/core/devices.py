@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import NamedTuple
 
 # In the order of InfiniRT's `Device::Type` enum; `thead` is the T-Head PPU,
@@ -34,6 +35,18 @@ TORCH_DEVICE_TYPE_OF_PLATFORM = {
 # Platforms whose kernels are the shared CUDA-like (Triton) sources.
 CUDA_LIKE_PLATFORMS = ("nvidia", "iluvatar", "metax", "moore", "hygon", "thead")
 
+# The Triton interpreter test mode (README "Testing GPU kernels on a CPU"):
+# CPU tensors stand in for the build's CUDA-like device, so its Triton
+# kernels run on the CPU through Triton's interpreter. `TRITON_INTERPRET` must
+# be set before the kernel modules are imported (`triton.jit` reads it when it
+# decorates), which importing `infini.ops` always precedes.
+TRITON_INTERPRETER = os.environ.get("INFINI_OPS_TRITON_INTERPRET", "")[:1] not in (
+    "",
+    "0",
+)
+if TRITON_INTERPRETER:
+    os.environ["TRITON_INTERPRET"] = "1"
+
 
 class Device(NamedTuple):
     """A device of this build: its platform name and index."""
@@ -58,6 +71,19 @@ class DeviceMap:
             # Only one accelerator is built at a time, so a torch device type
             # names at most one enabled platform.
             self._by_name.setdefault(TORCH_DEVICE_TYPE_OF_PLATFORM[platform], platform)
+        if TRITON_INTERPRETER:
+            emulated = [p for p in self.platforms if p in CUDA_LIKE_PLATFORMS]
+            if not emulated:
+                raise ImportError(
+                    "INFINI_OPS_TRITON_INTERPRET=1 runs the CUDA-like Triton kernels "
+                    "on CPU tensors, but this build has no CUDA-like device "
+                    f"(devices: {', '.join(self.platforms)}); build with "
+                    "`WITH_NVIDIA=ON` or point `INFINI_OPS_MANIFEST` at such a "
+                    "manifest."
+                )
+            # The CPU backend is unreachable in this mode: "cpu" names the
+            # emulated device.
+            self._by_name["cpu"] = emulated[0]
 
     def platform_of(self, name: str) -> str | None:
         """The enabled platform for a torch device type or platform name."""
