@@ -1,0 +1,636 @@
+"""Attention kernels shared by `scaled_dot_product_attention` and the paged
+attention operators.
+
+Two ways to compute ``softmax(q k^T * scale + bias) v``:
+
+- An online-softmax Numba kernel (flash-attention style): a task takes a few
+  query rows, walks the keys in tiles of `KEY_TILE`, converts each key and
+  value tile to float32 once and folds it into running maxima, sums and
+  accumulators. Nothing of size ``L x S`` is stored. Used for decoding and
+  short queries, where it is memory bound and reads every key once per task.
+- For long queries (prefill), the two products go to NumPy's BLAS on float32
+  copies, in blocks of query rows (causal blocks stop at their last
+  visible key), and a parallel Numba kernel turns each block of scores into
+  probabilities in place (`probability_kernel`).
+
+Exponentials use `exp_float32`, a polynomial that LLVM vectorises (Numba's
+`np.exp` is a scalar libm call), accurate to a few float32 ulps.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import numpy as np
+from numba import prange
+
+from .elementwise import loader, storer
+from .jit import helper, kernel
+from .memory import STORAGE, element_array
+from .numeric import bits_float32
+
+# Keys per tile of the online kernel.
+KEY_TILE = 64
+
+_LOG2_E = np.float32(1.4426950408889634)
+
+
+@helper
+def exp_float32(value):
+    """``exp(value)`` in float32 through ``2^k * 2^r``: `k` goes straight into
+    the exponent bits and ``2^r`` (``0 <= r < 1``) is a degree-6 polynomial.
+    Relative error below 2e-6; `-inf` and anything below -87.3 give 0 (or a
+    tiny value), which is all a softmax needs. Vectorises, unlike `np.exp`."""
+    t = value * _LOG2_E
+    t = min(max(t, np.float32(-127.0)), np.float32(127.0))
+    k = np.floor(t)
+    r = t - k
+    p = np.float32(1.8775767e-3)
+    p = p * r + np.float32(8.9893397e-3)
+    p = p * r + np.float32(5.5826318e-2)
+    p = p * r + np.float32(2.4015361e-1)
+    p = p * r + np.float32(6.9315308e-1)
+    p = p * r + np.float32(9.9999994e-1)
+    return p * bits_float32(np.uint32(np.int32(k) + 127) << np.uint32(23))
+
+
+@helper
+def tile_scores(queries, keys, scores, rows, count, features):
+    """``scores[r, j] = queries[r] . keys[j]`` for a tile."""
+    for r in range(rows):
+        for j in range(count):
+            total = np.float32(0)
+            for d in range(features):
+                total += queries[r, d] * keys[j, d]
+            scores[r, j] = total
+
+
+@helper
+def tile_softmax(scores, rows, count, maxima, sums, acc, features):
+    """Folds a tile of scores (masked ones `-inf`) into the running maxima
+    and sums, rescales the accumulators, and leaves the unnormalised
+    probabilities in `scores` (0 for a row with nothing visible)."""
+    for r in range(rows):
+        best = np.float32(-np.inf)
+        for j in range(count):
+            best = max(best, scores[r, j])
+        if best == -np.inf:
+            for j in range(count):
+                scores[r, j] = np.float32(0)
+            continue
+        previous = maxima[r]
+        new = max(previous, best)
+        maxima[r] = new
+        total = np.float32(0)
+        for j in range(count):
+            p = exp_float32(scores[r, j] - new)
+            scores[r, j] = p
+            total += p
+        if previous != new:
+            correction = exp_float32(previous - new)
+            sums[r] = sums[r] * correction + total
+            for d in range(features):
+                acc[r, d] *= correction
+        else:
+            sums[r] += total
+
+
+@helper
+def tile_accumulate(weights, values, acc, rows, count, features):
+    """``acc[r] += weights[r, :count] @ values[:count]``."""
+    for r in range(rows):
+        for j in range(count):
+            w = weights[r, j]
+            if w != 0:
+                for d in range(features):
+                    acc[r, d] += w * values[j, d]
+
+
+@cache
+def sdpa_online_kernel(dtype: str):
+    """The online-softmax kernel of `scaled_dot_product_attention`.
+
+    A task is one batch entry `b` and `block_rows` query rows. Operand `o` of
+    batch entry `b` starts at ``offsets[o, b]``; operands are out, query,
+    key, value, mask (float32, added to the scores; `-inf` hides) and noise
+    (the dropout multipliers, float32 rows of ``S``). `strides` holds, in
+    elements, q (row, feature), k (position, feature), v (position,
+    feature), out (row, feature) and mask (row, position) steps.
+    """
+    load, store = loader(dtype), storer(dtype)
+    storage = STORAGE[dtype]
+
+    def task_body(
+        task,
+        o,
+        q,
+        k,
+        v,
+        m,
+        noise,
+        offsets,
+        sizes,
+        strides,
+        factor,
+        causal,
+        masked,
+        dropout,
+        block_rows,
+    ):
+        length, keys, features, value_features = sizes[0], sizes[1], sizes[2], sizes[3]
+        q_row, q_col, k_row, k_col = strides[0], strides[1], strides[2], strides[3]
+        v_row, v_col, o_row, o_col = strides[4], strides[5], strides[6], strides[7]
+        m_row, m_col = strides[8], strides[9]
+        blocks = (length + block_rows - 1) // block_rows
+        b = task // blocks
+        first = (task % blocks) * block_rows
+        rows = min(block_rows, length - first)
+        queries = np.empty((rows, features), np.float32)
+        key_tile = np.empty((KEY_TILE, features), np.float32)
+        value_tile = np.empty((KEY_TILE, value_features), np.float32)
+        scores = np.empty((rows, KEY_TILE), np.float32)
+        maxima = np.full(rows, -np.inf, np.float32)
+        sums = np.zeros(rows, np.float32)
+        acc = np.zeros((rows, value_features), np.float32)
+        for r in range(rows):
+            base = offsets[1, b] + (first + r) * q_row
+            for d in range(features):
+                queries[r, d] = np.float32(load(q, base + d * q_col)) * factor
+        end = min(keys, first + rows) if causal else keys
+        for start in range(0, end, KEY_TILE):
+            count = min(KEY_TILE, end - start)
+            for j in range(count):
+                base = offsets[2, b] + (start + j) * k_row
+                for d in range(features):
+                    key_tile[j, d] = load(k, base + d * k_col)
+            tile_scores(queries, key_tile, scores, rows, count, features)
+            for r in range(rows):
+                i = first + r
+                if causal:
+                    for j in range(max(i + 1 - start, 0), count):
+                        scores[r, j] = -np.inf
+                if masked:
+                    base = offsets[4, b] + i * m_row + start * m_col
+                    for j in range(count):
+                        scores[r, j] += m[base + j * m_col]
+            tile_softmax(scores, rows, count, maxima, sums, acc, value_features)
+            if dropout:
+                for r in range(rows):
+                    base = offsets[5, b] + (first + r) * keys + start
+                    for j in range(count):
+                        scores[r, j] *= noise[base + j]
+            for j in range(count):
+                base = offsets[3, b] + (start + j) * v_row
+                for d in range(value_features):
+                    value_tile[j, d] = load(v, base + d * v_col)
+            tile_accumulate(scores, value_tile, acc, rows, count, value_features)
+        for r in range(rows):
+            base = offsets[0, b] + (first + r) * o_row
+            inverse = np.float32(1) / sums[r] if sums[r] > 0 else np.float32(0)
+            for d in range(value_features):
+                store(o, base + d * o_col, acc[r, d] * inverse)
+
+    # `run` captures `body`, and the on-disk cache keys captured functions on
+    # their qualified names: make the name say which dtype it loads.
+    task_body.__qualname__ += f"[{dtype}]"
+    body = kernel(task_body, fastmath={"reassoc", "contract"})
+
+    def run(
+        out_address,
+        q_address,
+        k_address,
+        v_address,
+        mask_address,
+        noise_address,
+        spans,
+        offsets,
+        sizes,
+        strides,
+        scale,
+        causal,
+        masked,
+        dropout,
+        block_rows,
+        tasks,
+    ):
+        o = element_array(out_address, spans[0], storage)
+        q = element_array(q_address, spans[1], storage)
+        k = element_array(k_address, spans[2], storage)
+        v = element_array(v_address, spans[3], storage)
+        m = element_array(mask_address, spans[4], np.float32)
+        noise = element_array(noise_address, spans[5], np.float32)
+        factor = np.float32(scale)
+        for task in prange(tasks):
+            body(
+                task,
+                o,
+                q,
+                k,
+                v,
+                m,
+                noise,
+                offsets,
+                sizes,
+                strides,
+                factor,
+                causal,
+                masked,
+                dropout,
+                block_rows,
+            )
+
+    return kernel(run, parallel=True)
+
+
+@cache
+def probability_kernel():
+    """Turns a contiguous float32 block of scores ``(batches, rows, count)``
+    (query rows ``first..`` against keys ``0..count``) into attention
+    probabilities in place: mask (float32, added), causal limit
+    (``j <= i``), softmax, then the dropout multipliers. Mask and noise
+    element ``(b, i, j)`` are at ``offsets[0|1, b] + i * row_step + j *
+    col_step`` (noise rows are `keys` long). A row with nothing visible
+    becomes 0."""
+
+    def row_body(
+        task,
+        scores,
+        m,
+        noise,
+        offsets,
+        first,
+        m_row,
+        m_col,
+        keys,
+        causal,
+        masked,
+        dropout,
+    ):
+        batches, rows, count = scores.shape
+        b = task // rows
+        r = task - b * rows
+        i = first + r
+        row = scores[b, r]
+        visible = min(count, i + 1) if causal else count
+        for j in range(visible, count):
+            row[j] = -np.inf
+        if masked:
+            base = offsets[0, b] + i * m_row
+            for j in range(visible):
+                row[j] += m[base + j * m_col]
+        best = np.float32(-np.inf)
+        for j in range(visible):
+            best = max(best, row[j])
+        if best == -np.inf:
+            for j in range(count):
+                row[j] = np.float32(0)
+            return
+        total = np.float32(0)
+        for j in range(count):
+            p = exp_float32(row[j] - best)
+            row[j] = p
+            total += p
+        inverse = np.float32(1) / total
+        if dropout:
+            base = offsets[1, b] + i * keys
+            for j in range(count):
+                row[j] = row[j] * inverse * noise[base + j]
+        else:
+            for j in range(count):
+                row[j] *= inverse
+
+    body = kernel(row_body, fastmath={"reassoc", "contract"})
+
+    def run(
+        scores,
+        mask_address,
+        noise_address,
+        mask_span,
+        noise_span,
+        offsets,
+        first,
+        m_row,
+        m_col,
+        keys,
+        causal,
+        masked,
+        dropout,
+    ):
+        m = element_array(mask_address, mask_span, np.float32)
+        noise = element_array(noise_address, noise_span, np.float32)
+        batches, rows, count = scores.shape
+        for task in prange(batches * rows):
+            body(
+                task,
+                scores,
+                m,
+                noise,
+                offsets,
+                first,
+                m_row,
+                m_col,
+                keys,
+                causal,
+                masked,
+                dropout,
+            )
+
+    return kernel(run, parallel=True)
+
+
+@cache
+def paged_attention_kernel(
+    dtype: str, table_dtype: str, lengths_dtype: str, cum_dtype: str
+):
+    """The online-softmax kernel of the paged attention operators (decode:
+    `prefill` False, one query token per sequence; prefill: the spans of
+    `cum_seq_lens_q`). It first checks the index tensors and returns a
+    nonzero code (base `paged_attention_infinilm`) with ``(seq, position,
+    value)`` in `report` before writing anything.
+
+    A task is (sequence, kv head, block of `block_tokens` query tokens); its
+    rows are those tokens times the query heads of the kv head, so every key
+    and value tile is converted once for the whole GQA group.
+    """
+    load, store = loader(dtype), storer(dtype)
+    storage = STORAGE[dtype]
+    table_storage, lengths_storage = STORAGE[table_dtype], STORAGE[lengths_dtype]
+    cum_storage = STORAGE[cum_dtype]
+
+    def run(
+        out_address,
+        q_address,
+        k_address,
+        v_address,
+        table_address,
+        lengths_address,
+        cum_address,
+        slopes_address,
+        spans,
+        strides,
+        sizes,
+        scale,
+        prefill,
+        has_alibi,
+        block_tokens,
+        report,
+    ):
+        o = element_array(out_address, spans[0], storage)
+        q = element_array(q_address, spans[1], storage)
+        k = element_array(k_address, spans[2], storage)
+        v = element_array(v_address, spans[3], storage)
+        table = element_array(table_address, spans[4], table_storage)
+        lengths = element_array(lengths_address, spans[5], lengths_storage)
+        cum = element_array(cum_address, spans[6], cum_storage)
+        slopes = element_array(slopes_address, spans[7], np.float32)
+        seqs, tokens, heads, kv_heads = sizes[0], sizes[1], sizes[2], sizes[3]
+        features, block_size, max_blocks, blocks = (
+            sizes[4],
+            sizes[5],
+            sizes[6],
+            sizes[7],
+        )
+        q_tok, q_head, q_col = strides[0], strides[1], strides[2]
+        o_tok, o_head, o_col = strides[3], strides[4], strides[5]
+        k_block, k_head, k_slot, k_col = strides[6], strides[7], strides[8], strides[9]
+        v_block, v_head, v_slot, v_col = (
+            strides[10],
+            strides[11],
+            strides[12],
+            strides[13],
+        )
+        t_row, t_col, len_step, cum_step = (
+            strides[14],
+            strides[15],
+            strides[16],
+            strides[17],
+        )
+        slope_step = strides[18]
+        group = heads // kv_heads
+        capacity = max_blocks * block_size
+
+        # Index checks, and the task list (sequence, first query token).
+        entries = 0
+        for s in range(seqs):
+            n = np.int64(lengths[s * len_step])
+            if n < 0 or n > capacity:
+                report[0], report[1], report[2] = s, 0, n
+                return 1
+            if prefill:
+                start = np.int64(cum[s * cum_step])
+                stop = np.int64(cum[(s + 1) * cum_step])
+                if s == 0 and start != 0:
+                    report[0], report[1], report[2] = 0, 0, start
+                    return 3
+                if stop < start:
+                    report[0], report[1], report[2] = s, 0, stop
+                    return 4
+                if stop - start > n:
+                    report[0], report[1], report[2] = s, stop - start, n
+                    return 6
+                entries += (stop - start + block_tokens - 1) // block_tokens
+            else:
+                entries += 1
+            for c in range((n + block_size - 1) // block_size):
+                index = np.int64(table[s * t_row + c * t_col])
+                if index < 0 or index >= blocks:
+                    report[0], report[1], report[2] = s, c, index
+                    return 2
+        if prefill and seqs > 0 and np.int64(cum[seqs * cum_step]) != tokens:
+            report[0], report[1], report[2] = seqs, 0, np.int64(cum[seqs * cum_step])
+            return 5
+        entry_seq = np.empty(entries, np.int64)
+        entry_token = np.empty(entries, np.int64)
+        entry = 0
+        for s in range(seqs):
+            if prefill:
+                start = np.int64(cum[s * cum_step])
+                stop = np.int64(cum[(s + 1) * cum_step])
+            else:
+                start, stop = s, s + 1
+            for t in range(start, stop, block_tokens):
+                entry_seq[entry] = s
+                entry_token[entry] = t
+                entry += 1
+
+        factor = np.float32(scale)
+        for task in prange(entries * kv_heads):
+            e = task // kv_heads
+            g = task - e * kv_heads
+            s = entry_seq[e]
+            first = entry_token[e]
+            n = np.int64(lengths[s * len_step])
+            if prefill:
+                span_start = np.int64(cum[s * cum_step])
+                span_stop = np.int64(cum[(s + 1) * cum_step])
+            else:
+                span_start, span_stop = s, s + 1
+            count_tokens = min(block_tokens, span_stop - first)
+            # Position of query token `first` in its sequence.
+            position = n - (span_stop - span_start) + (first - span_start)
+            rows = count_tokens * group
+            queries = np.empty((rows, features), np.float32)
+            key_tile = np.empty((KEY_TILE, features), np.float32)
+            value_tile = np.empty((KEY_TILE, features), np.float32)
+            scores = np.empty((rows, KEY_TILE), np.float32)
+            maxima = np.full(rows, -np.inf, np.float32)
+            sums = np.zeros(rows, np.float32)
+            acc = np.zeros((rows, features), np.float32)
+            for t in range(count_tokens):
+                for h in range(group):
+                    base = (first + t) * q_tok + (g * group + h) * q_head
+                    r = t * group + h
+                    for d in range(features):
+                        queries[r, d] = np.float32(load(q, base + d * q_col)) * factor
+            end = position + count_tokens
+            for start in range(0, end, KEY_TILE):
+                count = min(KEY_TILE, end - start)
+                for j in range(count):
+                    slot = start + j
+                    block = np.int64(table[s * t_row + (slot // block_size) * t_col])
+                    within = slot - (slot // block_size) * block_size
+                    base = block * k_block + g * k_head + within * k_slot
+                    for d in range(features):
+                        key_tile[j, d] = load(k, base + d * k_col)
+                    base = block * v_block + g * v_head + within * v_slot
+                    for d in range(features):
+                        value_tile[j, d] = load(v, base + d * v_col)
+                tile_scores(queries, key_tile, scores, rows, count, features)
+                for t in range(count_tokens):
+                    limit = position + t  # the last key this token sees
+                    for h in range(group):
+                        r = t * group + h
+                        if has_alibi:
+                            slope = slopes[(g * group + h) * slope_step]
+                            for j in range(count):
+                                scores[r, j] += slope * np.float32(start + j - limit)
+                        for j in range(max(limit + 1 - start, 0), count):
+                            scores[r, j] = -np.inf
+                tile_softmax(scores, rows, count, maxima, sums, acc, features)
+                tile_accumulate(scores, value_tile, acc, rows, count, features)
+            for t in range(count_tokens):
+                for h in range(group):
+                    r = t * group + h
+                    base = (first + t) * o_tok + (g * group + h) * o_head
+                    inverse = np.float32(1) / sums[r] if sums[r] > 0 else np.float32(0)
+                    for d in range(features):
+                        store(o, base + d * o_col, acc[r, d] * inverse)
+        return 0
+
+    return kernel(run, parallel=True, fastmath={"reassoc", "contract"})
+
+
+def overlaps(out, out_span: int, inputs) -> bool:
+    """Whether `out` (a tensor reaching `out_span` elements) overlaps any of
+    `inputs` (``(tensor, span)`` pairs, `None` tensors skipped)."""
+    if out_span == 0:
+        return False
+    start = out.data_ptr()
+    end = start + out_span * out.element_size()
+    for tensor, extent in inputs:
+        if tensor is None or extent == 0:
+            continue
+        other = tensor.data_ptr()
+        if other < end and start < other + extent * tensor.element_size():
+            return True
+    return False
+
+
+def staging_buffer(out):
+    import torch
+
+    return torch.empty_strided(
+        out.shape, out.stride(), dtype=out.dtype, device=out.device
+    )
+
+
+class PagedAttentionLaunch:
+    """Plans and launches `paged_attention_kernel`; mixed into the decode and
+    prefill implementations after their base has validated the arguments
+    (`self.seqs`, `self.heads`, ... come from `PagedAttentionChecks`)."""
+
+    # Query rows per task: tokens x query heads of one kv head.
+    TASK_ROWS = 32
+
+    def plan(self, args, prefill: bool) -> None:
+        from .memory import span
+
+        q, k_cache, v_cache = args.q, args.k_cache, args.v_cache
+        tables, lengths, out = args.block_tables, args.seq_lens, args.out
+        cum = args.cum_seq_lens_q if prefill else None
+        slopes = args.alibi_slopes
+        self.prefill = prefill
+        self.has_alibi = slopes is not None
+        metas = (q, k_cache, v_cache, tables, lengths, cum, slopes)
+        self.spans = np.array(
+            [span(out.shape, out.strides)]
+            + [0 if m is None else span(m.shape, m.strides) for m in metas],
+            dtype=np.int64,
+        )
+        self.out_span = int(self.spans[0])
+        self.input_spans = tuple(int(x) for x in self.spans[1:4])
+        self.strides = np.array(
+            list(q.strides)
+            + list(out.strides)
+            + list(k_cache.strides)
+            + list(v_cache.strides)
+            + list(tables.strides)
+            + [lengths.strides[0], cum.strides[0] if cum is not None else 0]
+            + [slopes.strides[0] if slopes is not None else 0],
+            dtype=np.int64,
+        )
+        self.sizes = np.array(
+            [
+                self.seqs,
+                self.tokens,
+                self.heads,
+                self.kv_heads,
+                self.head_size,
+                self.block_size,
+                self.max_blocks,
+                self.blocks,
+            ],
+            dtype=np.int64,
+        )
+        group = self.heads // self.kv_heads
+        self.block_tokens = max(1, self.TASK_ROWS // group)
+        self.kernel = paged_attention_kernel(
+            q.dtype,
+            tables.dtype,
+            lengths.dtype,
+            cum.dtype if cum is not None else "int32",
+        )
+
+    def run(self, q, k_cache, v_cache, tables, lengths, cum, slopes, out) -> None:
+        if self.seqs == 0:
+            return
+        target = out
+        if overlaps(
+            out,
+            self.out_span,
+            zip((q, k_cache, v_cache), self.input_spans),
+        ):
+            target = staging_buffer(out)
+        report = np.zeros(3, np.int64)
+        code = self.kernel(
+            target.data_ptr(),
+            q.data_ptr(),
+            k_cache.data_ptr(),
+            v_cache.data_ptr(),
+            tables.data_ptr(),
+            lengths.data_ptr(),
+            cum.data_ptr() if cum is not None else 0,
+            slopes.data_ptr() if slopes is not None else 0,
+            self.spans,
+            self.strides,
+            self.sizes,
+            self.scale,
+            self.prefill,
+            self.has_alibi,
+            self.block_tokens,
+            report,
+        )
+        if code:
+            raise self.index_error(int(code), *(int(x) for x in report))
+        if target is not out:
+            out.copy_(target)
