@@ -112,6 +112,11 @@ class _StableFunctionCache(caching.FunctionCache):
     functions and the values of the constants they capture instead; changes
     to those functions are covered by the cache directory's source hash."""
 
+    # The compile options (`parallel`, `fastmath`): the serial and parallel
+    # kernels of one function must not share cache entries, or whichever is
+    # compiled first would be loaded for the other.
+    options = ""
+
     def _index_key(self, sig, codegen):
         code = self._py_func.__code__.co_code
         closure = self._py_func.__closure__ or ()
@@ -123,6 +128,7 @@ class _StableFunctionCache(caching.FunctionCache):
                 hashlib.sha256(code).hexdigest(),
                 hashlib.sha256(captured.encode()).hexdigest(),
             ),
+            self.options,
         )
 
 
@@ -139,6 +145,10 @@ def kernel(function=None, *, parallel: bool = False, fastmath=False):
         )
         if _KernelCacheLocator.from_function(function, function.__code__.co_filename):
             dispatcher._cache = _StableFunctionCache(function)
+            flags = (
+                sorted(fastmath) if isinstance(fastmath, (set, frozenset)) else fastmath
+            )
+            dispatcher._cache.options = repr((parallel, flags))
         return dispatcher
 
     return decorate if function is None else decorate(function)
