@@ -1,0 +1,68 @@
+"""CPU `rotary_embedding` (slot 0): one fused in-place pass per tensor."""
+
+from __future__ import annotations
+
+from infini.ops.base._indexing import index_error, unravel
+from infini.ops.base.rotary_embedding import RotaryEmbedding
+from infini.ops.core.registry import implementation
+from infini.ops.native.cpu.rotary import RotaryLaunch
+
+
+@implementation(operator="rotary_embedding", devices=("cpu",), slot=0)
+class CpuRotaryEmbedding(RotaryEmbedding):
+    def __init__(self, args) -> None:
+        super().__init__(args)
+        positions, cache = args.positions, args.cos_sin_cache
+        head_size = args.head_size
+        half = self.rot_dim // 2
+        row_stride, column_stride = cache.strides
+        # The sines start `half` columns into each row of the cache.
+        self.sin_offset = half * column_stride * cache.element_size
+        self.launches = []
+        for meta, heads in (
+            (args.query, self.query_heads),
+            (args.key, self.key_heads),
+        ):
+            if meta is None:
+                continue
+            token_strides = meta.strides[: positions.ndim]
+            strides = token_strides + self.head_strides(meta, head_size)
+            self.launches.append(
+                RotaryLaunch(
+                    data_dtype=meta.dtype,
+                    table_dtype=cache.dtype,
+                    position_dtype=positions.dtype,
+                    neox=args.is_neox,
+                    tokens_shape=positions.shape,
+                    heads=heads,
+                    head_size=head_size,
+                    src_strides=strides,
+                    dst_strides=strides,
+                    position_strides=positions.strides,
+                    max_position=self.max_position,
+                    half=half,
+                    rot_offset=args.rope_dim_offset,
+                    cos_strides=(row_stride, column_stride),
+                    sin_strides=(row_stride, column_stride),
+                    inverse=args.inverse,
+                )
+            )
+
+    def launch(self, stream, positions, query, key, cos_sin_cache) -> None:
+        pos_address = positions.data_ptr()
+        cos_address = cos_sin_cache.data_ptr()
+        sin_address = cos_address + self.sin_offset
+        for launch, tensor in zip(self.launches, (query, key)):
+            address = tensor.data_ptr()
+            bad = launch(address, address, pos_address, cos_address, sin_address)
+            if bad >= 0:
+                position = unravel(bad, self.tokens_shape)
+                raise index_error(
+                    self,
+                    "positions",
+                    position,
+                    int(positions[position]),
+                    0,
+                    self.max_position,
+                    "the rows of `cos_sin_cache`",
+                )
