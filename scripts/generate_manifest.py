@@ -80,10 +80,14 @@ SMOKE_NVIDIA_OPS = ("cutlass_scaled_mm", "moe_sum")
 SMOKE_NVIDIA_TORCH_OPS = ("flash_attn_varlen_func",)
 SMOKE_TORCH_OPS = ("abs", "clamp", "exp", "relu")
 
-# The operators that get the generated ATen implementation (slot 8) when the
-# selection does not say otherwise, one name per line. This is the hook for the
-# ATen generator: until it exists the list is this file, or empty without it.
-ATEN_OPS_FILE = Path("scripts", "torch_ops.txt")
+# The ATen operators that get the generated implementation (slot 8) when the
+# selection does not say otherwise (`scripts/generate_torch_ops.py` reads the
+# same list). `torch_ops.txt` (one name per line) is the older form.
+ATEN_OPS_FILE = Path("scripts", "torch_ops.yaml")
+LEGACY_ATEN_OPS_FILE = Path("scripts", "torch_ops.txt")
+# The module whose classes the package builds from `torch_ops_metadata.json`.
+ATEN_MODULE = "infini.ops.torch.aten"
+ATEN_IMPLEMENTATION_PREFIX = "Aten"
 
 _PARAMETER = re.compile(
     r"(?P<name>[A-Za-z_]\w*)\s*:\s*"
@@ -155,6 +159,8 @@ class BuildConfiguration:
     python_bindings: bool = True
     package_version: str = "0.1.0"
     options: dict[str, Any] = field(default_factory=dict)
+    # `torch_ops_metadata.json` of the generated ATen backend (`--with-torch`).
+    torch_metadata: Path | None = None
 
     @property
     def backends(self) -> dict[str, bool]:
@@ -412,20 +418,83 @@ def scan_implementations(
 
 
 def load_aten_op_names(source_dir: Path) -> list[str]:
-    """The ATen list: operators whose generated slot-8 implementation is built.
+    """The ATen list as public operator names (`add_` -> `add`, `_x` ->
+    `internal_x`): operators whose generated slot-8 implementation is built.
 
-    Read from `scripts/torch_ops.txt` (one name per line, `#` comments) when it
-    exists; the ATen generator will replace this hook.
+    Read from `scripts/torch_ops.yaml` (contract 3.1), else from the older
+    `scripts/torch_ops.txt` (one name per line, `#` comments); empty without.
     """
+    from generate_torch_ops import load_torch_op_list, public_op_name
+
     path = source_dir / ATEN_OPS_FILE
-    if not path.is_file():
-        return []
-    names = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        name = line.split("#", 1)[0].strip()
-        if name:
-            names.append(name)
-    return names
+    if path.is_file():
+        names = load_torch_op_list(path)
+    else:
+        path = source_dir / LEGACY_ATEN_OPS_FILE
+        if not path.is_file():
+            return []
+        names = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            name = line.split("#", 1)[0].strip()
+            if name:
+                names.append(name)
+    public = []
+    for name in names:
+        if public_op_name(name) not in public:
+            public.append(public_op_name(name))
+    return public
+
+
+def aten_op_selection(source_dir: Path, configuration: BuildConfiguration) -> set[str]:
+    """Public names that get the generated ATen slot (contract 4.2): the ATen
+    list, or what an `ops.json` selects for slot 8, then intersected with the
+    `INFINI_OPS_TORCH_OPS` allowlist (the smoke set in a smoke build)."""
+    from generate_torch_ops import public_op_name
+
+    config_path = configuration.ops_config
+    config = load_ops_config(config_path) if config_path is not None else None
+    selected = set(torch_op_names(config, load_aten_op_names(source_dir)))
+    allowlist = configuration.torch_ops
+    if allowlist is None and configuration.smoke:
+        allowlist = list(SMOKE_TORCH_OPS)
+    if allowlist is not None:
+        # The allowlist names ATen operators (`add_`, `_softmax`) or public ones.
+        selected &= {public_op_name(name) for name in allowlist} | set(allowlist)
+    return selected
+
+
+def generated_aten_operators(
+    metadata: Mapping[str, Any], bases: dict[str, Base]
+) -> list[Implementation]:
+    """Slot-8 implementations of the ATen metadata; adds the bases of
+    operators that have no hand-written one to `bases`."""
+    implementations = []
+    path = Path("scripts", "generate_torch_ops.py")
+    for op, info in metadata.get("operators", {}).items():
+        if info.get("base") is None and op not in bases:
+            bases[op] = Base(
+                name=op,
+                class_name=info["class"],
+                trace_name=info["trace_name"],
+                module=ATEN_MODULE,
+                overloads=tuple(info["overloads"]),
+                docstring=f"PyTorch's `{op}` (generated from the ATen schema).",
+                path=path,
+            )
+        if op not in bases:
+            continue
+        implementations.append(
+            Implementation(
+                operator=op,
+                slot=ATEN_SLOT,
+                backend="torch",
+                module=ATEN_MODULE,
+                class_name=ATEN_IMPLEMENTATION_PREFIX + info["class"],
+                devices="all",
+                path=path,
+            )
+        )
+    return implementations
 
 
 def smoke_ops(devices: Sequence[str], with_torch: bool) -> list[str]:
@@ -529,18 +598,16 @@ def select_implementations(
     # Hand-written torch implementations are always built under `WITH_TORCH`;
     # only the generated ATen slot is pruned, by the ATen list, the config and
     # `INFINI_OPS_TORCH_OPS`.
-    aten_ops = set(torch_op_names(config, load_aten_op_names(source_dir)))
-    torch_allowlist = configuration.torch_ops
-    if torch_allowlist is None and configuration.smoke:
-        torch_allowlist = list(SMOKE_TORCH_OPS)
-    if torch_allowlist is not None:
-        aten_ops &= set(torch_allowlist)
+    # Hand-written torch modules (`torch/ops/`) are never pruned, even at slot
+    # 8 (`flash_attn_varlen_func`); the ATen module's implementations are.
+    aten_ops = aten_op_selection(source_dir, configuration)
 
     available: dict[str, list[Implementation]] = {}
     for implementation in implementations:
         if (
             implementation.backend == "torch"
             and implementation.slot == ATEN_SLOT
+            and implementation.module == ATEN_MODULE
             and implementation.operator not in aten_ops
         ):
             continue
@@ -632,6 +699,9 @@ def build_manifest(
             f"{(source_dir / BASE_DIRECTORY).as_posix()}"
         )
     implementations = scan_implementations(source_dir, bases)
+    if configuration.with_torch and configuration.torch_metadata is not None:
+        metadata = json.loads(configuration.torch_metadata.read_text(encoding="utf-8"))
+        implementations += generated_aten_operators(metadata, bases)
     selected = select_implementations(
         source_dir, bases, implementations, configuration, warn
     )
@@ -711,6 +781,41 @@ def write_manifest(path: Path, manifest: Mapping[str, Any]) -> None:
         raise
 
 
+def generate_aten_metadata(
+    source_dir: Path, configuration: BuildConfiguration, directory: Path
+) -> Path:
+    """Run the ATen generator for the selected operators (this interpreter
+    must import torch); returns the metadata path (in `directory`)."""
+    from generate_torch_ops import (
+        METADATA_NAME,
+        TORCH_OPS_FILE,
+        aten_names_of,
+        load_torch_op_list,
+        public_op_name,
+        run,
+    )
+
+    selected = aten_op_selection(source_dir, configuration)
+    listed = (
+        load_torch_op_list(source_dir / TORCH_OPS_FILE)
+        if (source_dir / TORCH_OPS_FILE).is_file()
+        else []
+    )
+    names = [name for name in listed if public_op_name(name) in selected]
+    covered = {public_op_name(name) for name in names}
+    # Names an `ops.json` selects for slot 8 without being listed.
+    unlisted = [name for op in sorted(selected - covered) for name in aten_names_of(op)]
+    path = directory / METADATA_NAME
+    run(
+        source_dir,
+        path,
+        names + unlisted,
+        log=lambda line: print(line, file=sys.stderr),
+        optional_names=unlisted,
+    )
+    return path
+
+
 def _on_off(value: str) -> bool:
     normalised = value.strip().upper()
     if normalised in ("ON", "TRUE", "YES", "Y", "1"):
@@ -732,6 +837,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--ops", help="operator allowlist, comma/semicolon separated")
     parser.add_argument("--ops-config", type=Path, help="an ops.json selection")
     parser.add_argument("--torch-ops", help="allowlist of generated ATen operators")
+    parser.add_argument(
+        "--torch-metadata",
+        type=Path,
+        help="torch_ops_metadata.json from scripts/generate_torch_ops.py; with "
+        "--with-torch and without it, the metadata is generated beside --output",
+    )
     parser.add_argument(
         "--smoke", action="store_true", help="default the allowlists to the smoke set"
     )
@@ -775,8 +886,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         python_bindings=arguments.python_bindings,
         package_version=arguments.package_version,
         options=options,
+        torch_metadata=arguments.torch_metadata,
     )
     try:
+        if configuration.with_torch and configuration.torch_metadata is None:
+            configuration.torch_metadata = generate_aten_metadata(
+                arguments.source_dir, configuration, arguments.output.parent
+            )
         manifest = build_manifest(arguments.source_dir, configuration)
         write_manifest(arguments.output, manifest)
     except (ManifestError, OpsConfigError) as error:

@@ -21,6 +21,30 @@ MANIFEST_PATH = Path(
 )
 
 
+# The ATen backend's metadata (`scripts/generate_torch_ops.py`) lies beside the
+# manifest a source checkout points at, and in `infini/ops/` when installed
+# (contract 1.1: beside the package's `__init__.py`).
+TORCH_METADATA_NAME = "torch_ops_metadata.json"
+TORCH_METADATA_PATH = (
+    MANIFEST_PATH.parent / TORCH_METADATA_NAME
+    if os.environ.get("INFINI_OPS_MANIFEST")
+    else Path(__file__).resolve().parent.parent / TORCH_METADATA_NAME
+)
+
+
+@cache
+def load_torch_metadata() -> dict:
+    """The ATen metadata of a `WITH_TORCH` build (slot 8)."""
+    try:
+        text = TORCH_METADATA_PATH.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ImportError(
+            f"infini.ops has no ATen metadata ({TORCH_METADATA_PATH} is missing); "
+            "it is written with the manifest when the build has `WITH_TORCH`."
+        ) from None
+    return json.loads(text)
+
+
 @cache
 def load_manifest() -> dict:
     try:

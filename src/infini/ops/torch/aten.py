@@ -1,0 +1,447 @@
+"""Slot 8: PyTorch's ATen kernels, built from `torch_ops_metadata.json`.
+
+`scripts/generate_torch_ops.py` writes the metadata at configure time: for
+every public operator its overloads and, per overload, the ATen schema it
+calls. Nothing is generated per operator; this module makes the classes on
+first use (PEP 562 `__getattr__`):
+
+- `<Class>`: the base of an operator that has no hand-written
+  `infini.ops.base` module (its overloads come from the ATen schema);
+- `Aten<Class>`: the slot-8 implementation, a subclass of the operator's base
+  (hand-written or not), so the base's validation runs first.
+
+A slot-8 operator plans one call when it is built (scalars are part of the
+cache key, so they are constants of the plan) and `launch` only forwards the
+caller's tensors: the ATen `out` variant with the arguments in schema order,
+the in-place method for in-place forms, or for the explicit-out forms of
+in-place operators a copy of `input` into `out` followed by the in-place call
+on `out`. Nothing is converted. A non-zero `stream` runs the call on that
+stream, wrapped as the framework's external stream.
+"""
+
+from __future__ import annotations
+
+import importlib
+from functools import cache
+
+from infini.ops.core.dtypes import UNSIGNED_INTEGER_DTYPES, dtype_name, is_integer
+from infini.ops.core.manifest import load_torch_metadata
+from infini.ops.core.operator import Operator
+from infini.ops.core.signature import Overload
+
+SLOT = 8
+IMPLEMENTATION_PREFIX = "Aten"
+
+# Unsigned types that ATen kernels mostly lack (uint8 is fully supported).
+_WIDE_UNSIGNED = tuple(d for d in UNSIGNED_INTEGER_DTYPES if d != "uint8")
+
+
+@cache
+def _classes() -> dict[str, str]:
+    """Class name -> public operator name."""
+    return {
+        info["class"]: name for name, info in load_torch_metadata()["operators"].items()
+    }
+
+
+def __getattr__(name: str) -> type:
+    prefix = IMPLEMENTATION_PREFIX
+    implementation = name.startswith(prefix) and name[len(prefix) :] in _classes()
+    public = _classes().get(name[len(prefix) :] if implementation else name)
+    if public is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    info = load_torch_metadata()["operators"][public]
+    if implementation:
+        cls = _make_implementation(public, info)
+    elif info.get("base") is None:
+        cls = _make_base(public, info)
+    else:
+        raise AttributeError(
+            f"`{public}` has a hand-written base in {info['base']}, not here"
+        )
+    globals()[name] = cls
+    return cls
+
+
+def __dir__() -> list[str]:
+    names = list(globals())
+    for class_name, public in _classes().items():
+        names.append(IMPLEMENTATION_PREFIX + class_name)
+        if load_torch_metadata()["operators"][public].get("base") is None:
+            names.append(class_name)
+    return sorted(names)
+
+
+def _make_base(public: str, info: dict) -> type:
+    entries = load_torch_metadata()["ops"]
+    schemas = sorted(
+        {f"aten::{e['aten_name']}.{e['overload_name']}" for e in _bound(info, entries)}
+    )
+    doc = (
+        f"`{public}`: PyTorch's `{schemas[0].split('.')[0][6:]}` (ATen "
+        f"{', '.join(schemas)}), called with caller-allocated outputs.\n\n"
+        "Generated from the installed torch's schema; see torch's documentation "
+        "for the semantics."
+    )
+    return type(
+        info["class"],
+        (Operator,),
+        {
+            "__module__": __name__,
+            "__doc__": doc,
+            "name": public,
+            "trace_name": info["trace_name"],
+            "overloads": tuple(info["overloads"]),
+            "defaults": {},
+        },
+    )
+
+
+def _bound(info: dict, entries: list) -> list[dict]:
+    return [entries[i] for i in info["bindings"] if i is not None]
+
+
+def _base_of(public: str, info: dict) -> type:
+    if info.get("base") is None:
+        return getattr(importlib.import_module(__name__), info["class"])
+    return getattr(importlib.import_module(info["base"]), info["class"])
+
+
+def _canonical_tensors(overload_texts) -> tuple[str, ...]:
+    from infini.ops.core.dispatch import _canonical_parameters
+
+    overloads = [Overload(i, text) for i, text in enumerate(overload_texts)]
+    canonical = _canonical_parameters(overloads)
+    return tuple(
+        name
+        for name in canonical
+        if any(
+            o.parameters[o.position[name]].is_tensor
+            for o in overloads
+            if name in o.position
+        )
+    )
+
+
+def _make_implementation(public: str, info: dict) -> type:
+    base = _base_of(public, info)
+    canonical_tensors = _canonical_tensors(base.overloads)
+    bindings = info["bindings"]
+
+    def __init__(self, args) -> None:
+        base.__init__(self, args)
+        entry = load_torch_metadata()["ops"][bindings[args.overload_index]]
+        # A hand-written base may map an overload onto another's parameters
+        # (e.g. a legacy `reduction` string onto ATen's integer).
+        values = dict(args.__dict__)
+        tensor_sources = {name: name for name in canonical_tensors}
+        adapt = getattr(self, "aten_arguments", None)
+        if adapt is not None:
+            scalars, tensors = adapt(args)
+            values.update(scalars)
+            tensor_sources.update(tensors)
+        self.launch = _plan(public, entry, values, tensor_sources, canonical_tensors)
+
+    doc = (
+        f"`{public}` through PyTorch's ATen kernels (slot {SLOT}), on every "
+        "enabled device."
+    )
+    return type(
+        IMPLEMENTATION_PREFIX + info["class"],
+        (base,),
+        {
+            "__module__": __name__,
+            "__doc__": doc,
+            "__init__": __init__,
+            "implementation_slot": SLOT,
+            "implementation_devices": ("all",),
+        },
+    )
+
+
+# -- planning one call -------------------------------------------------------
+
+
+def _torch_dtype(value):
+    import torch
+
+    if value is None or isinstance(value, torch.dtype):
+        return value
+    return getattr(torch, dtype_name(value))
+
+
+def _scalar(aten_type: str, value, integral: bool):
+    """An argument for an ATen scalar parameter."""
+    if value is None:
+        return None
+    core = aten_type.rstrip("?")
+    if core == "Scalar":
+        # Integral tensors reject a floating `Scalar` (e.g. `alpha`); an
+        # integral value means the same number.
+        if integral and isinstance(value, float) and value.is_integer():
+            return int(value)
+        return value
+    if core == "ScalarType":
+        return _torch_dtype(value)
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def _metas(value):
+    if isinstance(value, list):
+        return [v for v in value if v is not None]
+    return [] if value is None else [value]
+
+
+def _span(meta) -> tuple[int, int]:
+    """(lowest, highest + 1) byte offsets a tensor touches from its data
+    pointer; (0, 0) when it has no elements."""
+    if meta.numel == 0:
+        return 0, 0
+    low = sum((n - 1) * s for n, s in zip(meta.shape, meta.strides) if s < 0)
+    high = sum((n - 1) * s for n, s in zip(meta.shape, meta.strides) if s > 0)
+    size = meta.element_size
+    return low * size, (high + 1) * size
+
+
+class _Plan:
+    """Source lines and constants of one generated `launch`."""
+
+    def __init__(self) -> None:
+        self.constants: dict[str, object] = {}
+
+    def constant(self, value) -> str:
+        name = f"_c{len(self.constants)}"
+        self.constants[name] = value
+        return name
+
+
+def _plan(public, entry, values, tensor_sources, canonical_tensors):
+    """The `launch(stream, *canonical_tensors)` of one built operator."""
+    import torch
+
+    packet = getattr(torch.ops.aten, entry["aten_name"])
+    op = getattr(packet, entry["overload_name"] or "default")
+    schema = op._schema.arguments
+    params = entry["params"]
+    by_index = {p["schema_index"]: p for p in params if p["schema_index"] is not None}
+    explicit_out = entry.get("form") == "inplace_out"
+    position = {name: i for i, name in enumerate(canonical_tensors)}
+    plan = _Plan()
+
+    def slot_of(name: str) -> int:
+        return position[tensor_sources.get(name, name)]
+
+    def meta_of(name: str):
+        return values.get(tensor_sources.get(name, name))
+
+    tensor_params = [p for p in params if p["is_tensor"]]
+    metas = [m for p in tensor_params for m in _metas(meta_of(p["name"]))]
+    first = next(iter(metas), None)
+    integral = first is not None and is_integer(first.dtype)
+    unsigned = sorted({m.dtype for m in metas if m.dtype in _WIDE_UNSIGNED})
+
+    # The call's argument expressions, in schema order.
+    positional: list[str] = []
+    keywords: list[str] = []
+    for index, argument in enumerate(schema):
+        param = by_index.get(index)
+        if param is None or (not param["is_tensor"] and param["name"] not in values):
+            if argument.kwarg_only:
+                continue  # hidden or defaulted: ATen's default applies
+            default = argument.default_value if argument.has_default_value() else None
+            expression = plan.constant(default)
+        elif param["is_tensor"]:
+            name = "out" if explicit_out and index == 0 else param["name"]
+            expression = f"t[{slot_of(name)}]"
+        else:
+            value = _scalar(param["type"], values[param["name"]], integral)
+            expression = plan.constant(value)
+        if argument.kwarg_only:
+            keywords.append(f"{argument.name}={expression}")
+        else:
+            positional.append(expression)
+    arguments = ", ".join(positional + keywords)
+
+    body: list[str] = []
+    # Aliasing (contract departure 6): an input that overlaps a written tensor
+    # is read from a copy, so results are as if every input were read first.
+    # Geometry is fixed per built operator, so only data pointers are compared.
+    written = [
+        p
+        for p in tensor_params
+        if p["is_out"] or ("!" in p["type"] and not explicit_out)
+    ]
+    read = [p for p in tensor_params if p not in written]
+    checks = []
+    for output in written:
+        out_name = "out" if output["schema_index"] is None else output["name"]
+        out_meta = meta_of(out_name)
+        if out_meta is None or isinstance(out_meta, list):
+            continue
+        out_low, out_high = _span(out_meta)
+        if out_high == out_low:
+            continue
+        for item in read:
+            meta = meta_of(item["name"])
+            if meta is None:
+                continue
+            slot = slot_of(item["name"])
+            out_slot = slot_of(out_name)
+            if isinstance(meta, list):
+                checks.append(
+                    f"t = _stage_list(t, {slot}, t[{out_slot}], {out_low}, {out_high})"
+                )
+                plan.constants["_stage_list"] = _stage_list
+                continue
+            low, high = _span(meta)
+            if high == low:
+                continue
+            checks.append(
+                f"if t[{slot}] is not None and _overlap(t[{slot}].data_ptr(), {low}, "
+                f"{high}, t[{out_slot}].data_ptr(), {out_low}, {out_high}):"
+            )
+            checks.append(f"    t = _replace(t, {slot}, t[{slot}].clone())")
+            plan.constants["_overlap"] = _overlap
+            plan.constants["_replace"] = _replace
+    body += checks
+    if explicit_out:
+        source = next(p for p in params if p["schema_index"] == 0)
+        body.append(f"t[{slot_of('out')}].copy_(t[{slot_of(source['name'])}])")
+
+    call = getattr(op, "_op", op)
+    outputs = [a.name for a in schema if a.is_out]
+    binding = _python_binding(entry["aten_name"])
+    if entry.get("form", "out") == "out" and outputs == ["out"] and binding:
+        # The Python binding (`torch.abs(x, out=y)`) costs less per call than
+        # the boxed `torch.ops` path; where it rejects the arguments (a
+        # binding without this overload) the first call switches for good.
+        key = (entry["aten_name"], entry["overload_name"])
+        plan.constants["_cell"] = _CALLS.setdefault(key, [binding])
+        plan.constants["_boxed"] = call
+        body += [
+            "try:",
+            f"    _cell[0]({arguments})",
+            "    return",
+            "except TypeError:",
+            "    if _cell[0] is _boxed:",
+            "        raise",
+            "    _cell[0] = _boxed",
+            f"_boxed({arguments})",
+        ]
+    else:
+        plan.constants["_boxed"] = call
+        body.append(f"_boxed({arguments})")
+
+    device = first.device if first is not None else None
+    lines = ["def launch(stream, *t):"]
+    indent = "    "
+    if unsigned:
+        plan.constants["_unsupported"] = _unsupported(public, entry, unsigned, device)
+        lines.append("    try:")
+        indent = "        "
+    if device is not None and device.platform != "cpu":
+        plan.constants["_on_stream"] = _stream_context
+        plan.constants["_device_type"] = _torch_device_type(device.platform)
+        lines.append(f"{indent}if stream:")
+        lines.append(f"{indent}    with _on_stream(stream, _device_type):")
+        lines += [f"{indent}        {line}" for line in body]
+        lines.append(f"{indent}    return")
+    lines += [f"{indent}{line}" for line in body]
+    if unsigned:
+        lines.append("    except (RuntimeError, NotImplementedError) as error:")
+        lines.append("        raise _unsupported(error) from error")
+    namespace = dict(plan.constants)
+    exec("\n".join(lines), namespace)  # noqa: S102 - generated from the schema
+    launch = namespace["launch"]
+    launch.__qualname__ = f"{public}.launch"
+    return launch
+
+
+# (ATen name, overload) -> [the callable used]: the Python binding until it
+# turns out not to accept the overload's arguments, then the boxed operator.
+_CALLS: dict[tuple[str, str], list] = {}
+
+
+def _python_binding(aten_name: str):
+    """`torch._C`'s Python binding of an ATen name, or None."""
+    import torch
+
+    namespaces = (
+        ("special_", "_special"),
+        ("linalg_", "_linalg"),
+        ("fft_", "_fft"),
+    )
+    for prefix, module in namespaces:
+        if aten_name.startswith(prefix):
+            return getattr(getattr(torch._C, module, None), aten_name, None)
+    return getattr(torch._C._VariableFunctions, aten_name, None) or getattr(
+        torch._C._nn, aten_name, None
+    )
+
+
+def _overlap(pointer, low, high, out_pointer, out_low, out_high) -> bool:
+    return pointer + low < out_pointer + out_high and out_pointer + out_low < (
+        pointer + high
+    )
+
+
+def _replace(tensors: tuple, index: int, value) -> tuple:
+    return tensors[:index] + (value,) + tensors[index + 1 :]
+
+
+def _stage_list(tensors: tuple, index: int, out, out_low: int, out_high: int):
+    """Copies the members of a tensor list that overlap `out`."""
+    members = tensors[index]
+    if members is None:
+        return tensors
+    pointer = out.data_ptr()
+    staged = []
+    changed = False
+    for member in members:
+        if member is not None and member.numel():
+            size = member.element_size()
+            span = [(n - 1) * s for n, s in zip(member.shape, member.stride())]
+            low = sum(x for x in span if x < 0) * size
+            high = (sum(x for x in span if x > 0) + 1) * size
+            if _overlap(member.data_ptr(), low, high, pointer, out_low, out_high):
+                member = member.clone()
+                changed = True
+        staged.append(member)
+    return _replace(tensors, index, staged) if changed else tensors
+
+
+def _torch_device_type(platform: str) -> str:
+    from infini.ops.core.devices import TORCH_DEVICE_TYPE_OF_PLATFORM
+
+    return TORCH_DEVICE_TYPE_OF_PLATFORM[platform]
+
+
+def _unsupported(public, entry, dtypes, device):
+    def make(error: BaseException) -> ValueError:
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        return ValueError(
+            f"`{public}`: the ATen implementation (slot {SLOT}, "
+            f"aten::{entry['aten_name']}.{entry['overload_name']}) does not support "
+            f"dtype {', '.join(dtypes)} on {device}: {detail}"
+        )
+
+    return make
+
+
+_STREAMS: dict = {}
+
+
+def _stream_context(stream: int, device_type: str):
+    """`torch.<device>.stream(ExternalStream(stream))`: run on the caller's
+    raw stream handle (contract 1.7)."""
+    import torch
+
+    context = _STREAMS.get((device_type, stream))
+    if context is None:
+        module = getattr(torch, device_type)
+        context = (module, module.ExternalStream(stream))
+        _STREAMS[(device_type, stream)] = context
+    module, external = context
+    return module.stream(external)
