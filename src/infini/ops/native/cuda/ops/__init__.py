@@ -1,0 +1,1 @@
+"""Triton kernels of the CUDA-like platforms, one module per operator."""
