@@ -781,18 +781,17 @@ def write_manifest(path: Path, manifest: Mapping[str, Any]) -> None:
         raise
 
 
-def generate_aten_metadata(
-    source_dir: Path, configuration: BuildConfiguration, directory: Path
-) -> Path:
-    """Run the ATen generator for the selected operators (this interpreter
-    must import torch); returns the metadata path (in `directory`)."""
+def aten_names_to_generate(
+    source_dir: Path, configuration: BuildConfiguration
+) -> tuple[list[str], list[str]]:
+    """The ATen names the generator must read for this selection, and those
+    of them that may be absent from torch (names an `ops.json` selects for
+    slot 8 without the ATen list naming them: `x` and `x_` are both tried)."""
     from generate_torch_ops import (
-        METADATA_NAME,
         TORCH_OPS_FILE,
         aten_names_of,
         load_torch_op_list,
         public_op_name,
-        run,
     )
 
     selected = aten_op_selection(source_dir, configuration)
@@ -803,16 +802,25 @@ def generate_aten_metadata(
     )
     names = [name for name in listed if public_op_name(name) in selected]
     covered = {public_op_name(name) for name in names}
-    # Names an `ops.json` selects for slot 8 without being listed.
     unlisted = [name for op in sorted(selected - covered) for name in aten_names_of(op)]
+    return names + unlisted, unlisted
+
+
+def generate_aten_metadata(
+    source_dir: Path, configuration: BuildConfiguration, directory: Path, log=None
+) -> Path:
+    """Run the ATen generator for the selected operators (this interpreter
+    must import torch); returns the metadata path (in `directory`)."""
+    from generate_torch_ops import METADATA_NAME, run
+
+    names, optional = aten_names_to_generate(source_dir, configuration)
     path = directory / METADATA_NAME
-    run(
-        source_dir,
-        path,
-        names + unlisted,
-        log=lambda line: print(line, file=sys.stderr),
-        optional_names=unlisted,
-    )
+    if log is None:
+
+        def log(line: str) -> None:
+            print(line, file=sys.stderr)
+
+    run(source_dir, path, names, log=log, optional_names=optional)
     return path
 
 

@@ -694,22 +694,52 @@ def run(
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--source-dir", type=Path, required=True)
-    parser.add_argument("--output", type=Path, required=True)
+    parser.add_argument("--output", type=Path, required=True, help=METADATA_NAME)
     parser.add_argument(
-        "--ops", help="ATen names to generate (comma/semicolon separated)"
+        "--ops",
+        help="exactly these ATen names (comma/semicolon separated), instead of "
+        "the selection below",
     )
-    parser.add_argument("--native-functions", type=Path, help="a native_functions.yaml")
+    parser.add_argument("--ops-config", type=Path, help="an ops.json selection")
+    parser.add_argument(
+        "--torch-ops", help="INFINI_OPS_TORCH_OPS: allowlist of ATen names"
+    )
+    parser.add_argument(
+        "--smoke", action="store_true", help="default the allowlist to the smoke set"
+    )
     parser.add_argument(
         "--pytorch-version", help="accepted for diagnostics; the schema is local"
     )
     arguments = parser.parse_args(argv)
-    if arguments.ops is not None:
-        names = [n.strip() for n in re.split(r"[,;]", arguments.ops) if n.strip()]
-    else:
-        names = load_torch_op_list(arguments.source_dir / TORCH_OPS_FILE)
+
+    from generate_manifest import (
+        BuildConfiguration,
+        ManifestError,
+        aten_names_to_generate,
+        split_names,
+    )
+    from ops_config import OpsConfigError
+
     try:
-        run(arguments.source_dir, arguments.output, names, arguments.native_functions)
-    except (OSError, ValueError) as error:
+        if arguments.ops is not None:
+            names, optional = split_names(arguments.ops), []
+        else:
+            configuration = BuildConfiguration(
+                with_torch=True,
+                ops_config=arguments.ops_config,
+                torch_ops=split_names(arguments.torch_ops) or None,
+                smoke=arguments.smoke,
+            )
+            names, optional = aten_names_to_generate(
+                arguments.source_dir, configuration
+            )
+        run(
+            arguments.source_dir,
+            arguments.output,
+            names,
+            optional_names=optional,
+        )
+    except (OSError, ValueError, ManifestError, OpsConfigError) as error:
         print(error, file=sys.stderr)
         return 1
     return 0
