@@ -1,0 +1,150 @@
+import pytest
+import torch
+
+import infini.ops
+from tests.test_paged_attention_infinilm import DTYPES, make_cache, make_tables
+from tests.test_paged_attention_infinilm import reference as _reference
+from tests.utils import Payload, empty_strided
+
+# query tokens per sequence, cached tokens per sequence (the queries are the
+# last ones), heads, kv_heads, head_size, block_size, alibi, smoke
+CASES = (
+    ((1, 13, 33), (5, 13, 40), 32, 8, 128, 16, False, True),
+    ((1, 13, 33), (1, 20, 33), 8, 8, 64, 8, True, False),
+    ((0, 70, 2), (3, 70, 9), 4, 2, 64, 16, False, False),
+)
+
+
+def _params():
+    for *case, smoke in CASES:
+        for dtype, rtol, atol in DTYPES:
+            marks = pytest.mark.smoke if smoke and dtype == torch.float32 else ()
+            yield pytest.param(*case, dtype, rtol, atol, marks=marks)
+
+
+def _prefill(q, k_cache, v_cache, tables, lengths, cum, slopes, scale, out, index):
+    infini.ops.paged_attention_prefill_infinilm(
+        q, k_cache, v_cache, tables, lengths, cum, slopes, scale, out,
+        implementation_index=index,
+    )  # fmt: skip
+    return out
+
+
+def _torch_prefill(q, k_cache, v_cache, tables, lengths, cum, slopes, scale, out,
+                   index):  # fmt: skip
+    expected = _reference(q, k_cache, v_cache, tables, lengths, cum, slopes, scale)
+    return expected.to(out.dtype)
+
+
+def _cumulative(query_lens, dtype=torch.int32):
+    return torch.tensor([0, *torch.tensor(query_lens).cumsum(0).tolist()], dtype=dtype)
+
+
+@pytest.mark.auto_act_and_assert
+@pytest.mark.parametrize(
+    "query_lens, seq_lens, heads, kv_heads, head_size, block_size, alibi, dtype, "
+    "rtol, atol",
+    list(_params()),
+)
+def test_paged_attention_prefill_infinilm(
+    query_lens,
+    seq_lens,
+    heads,
+    kv_heads,
+    head_size,
+    block_size,
+    alibi,
+    dtype,
+    rtol,
+    atol,
+    device,
+    implementation_index,
+):
+    seqs, tokens = len(seq_lens), sum(query_lens)
+    max_blocks = -(-max(seq_lens) // block_size) + 1
+    blocks = seqs * max_blocks + 3
+    k_cache = make_cache(blocks, kv_heads, block_size, head_size, dtype)
+    v_cache = make_cache(blocks, kv_heads, block_size, head_size, dtype, "HND")
+    tables = make_tables(seq_lens, block_size, max_blocks, blocks)
+    lengths = torch.tensor(seq_lens, dtype=torch.int32)
+    cum = _cumulative(query_lens)
+    # `q` and `out` strided: the heads of a fused (tokens, 2 * heads, d) buffer.
+    q = torch.randn(tokens, 2 * heads, head_size, dtype=dtype)[:, :heads]
+    out = empty_strided(
+        (tokens, heads, head_size), (heads * head_size * 2, head_size, 1), dtype=dtype
+    )
+    slopes = torch.rand(heads) if alibi else None
+    args = (q, k_cache, v_cache, tables, lengths, cum, slopes, head_size**-0.5, out)
+    return Payload(
+        _prefill,
+        _torch_prefill,
+        tuple(a.to(device) if torch.is_tensor(a) else a for a in args)
+        + (implementation_index,),
+        rtol=rtol,
+        atol=atol,
+    )
+
+
+def test_paged_attention_prefill_infinilm_int64_indices(device, implementation_index):
+    query_lens, seq_lens = (3, 17), (3, 30)
+    k_cache = make_cache(8, 2, 16, 64, torch.float32).to(device)
+    v_cache = make_cache(8, 2, 16, 64, torch.float32).to(device)
+    tables = make_tables(seq_lens, 16, 4, 8, torch.int64).to(device)
+    lengths = torch.tensor(seq_lens, dtype=torch.int64, device=device)
+    cum = _cumulative(query_lens, torch.int64).to(device)
+    q = torch.randn(20, 4, 64, device=device)
+    out = torch.empty_like(q)
+    _prefill(q, k_cache, v_cache, tables, lengths, cum, None, 0.1, out,
+             implementation_index)  # fmt: skip
+    expected = _reference(q, k_cache, v_cache, tables, lengths, cum, None, 0.1)
+    assert torch.allclose(out.double(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_paged_attention_prefill_infinilm_no_tokens(device, implementation_index):
+    k_cache = torch.randn(2, 2, 16, 64, device=device)
+    tables = torch.zeros(2, 1, dtype=torch.int32, device=device)
+    lengths = torch.tensor([3, 0], dtype=torch.int32, device=device)
+    cum = torch.zeros(3, dtype=torch.int32, device=device)
+    q = torch.empty(0, 4, 64, device=device)
+    _prefill(q, k_cache, k_cache, tables, lengths, cum, None, 0.1, torch.empty_like(q),
+             implementation_index)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "cum, seq_lens, match",
+    [
+        ((1, 2, 4), (5, 5), r"`cum_seq_lens_q\[0\]` is 1; it must be 0"),
+        ((0, 3, 2), (5, 5), r"`cum_seq_lens_q` must not decrease"),
+        ((0, 1, 3), (5, 5), r"`cum_seq_lens_q\[2\]` is 3; it must be 4"),
+        ((0, 3, 4), (2, 5), r"sequence 0 has 3 query tokens but `seq_lens\[0\]` is 2"),
+        ((0, 3, 4), (5, 99), r"`seq_lens\[1\]` is 99, out of the range \[0, 32\]"),
+    ],
+)
+def test_paged_attention_prefill_infinilm_rejects_bad_indices_without_writing(
+    cum, seq_lens, match, device
+):
+    k_cache = torch.randn(4, 2, 16, 64, device=device)
+    tables = torch.tensor([[0, 1], [2, 3]], dtype=torch.int32, device=device)
+    lengths = torch.tensor(seq_lens, dtype=torch.int32, device=device)
+    cum = torch.tensor(cum, dtype=torch.int32, device=device)
+    q = torch.randn(4, 4, 64, device=device)
+    out = torch.full((4, 4, 64), 7.0, device=device)
+    with pytest.raises(
+        ValueError, match=f"`paged_attention_prefill_infinilm`: {match}"
+    ):
+        infini.ops.paged_attention_prefill_infinilm(
+            q, k_cache, k_cache, tables, lengths, cum, None, 0.1, out
+        )
+    assert bool((out == 7.0).all())
+
+
+def test_paged_attention_prefill_infinilm_rejects_bad_cum_shape(device):
+    cache = torch.randn(4, 2, 16, 64, device=device)
+    tables = torch.zeros(2, 2, dtype=torch.int32, device=device)
+    lengths = torch.ones(2, dtype=torch.int32, device=device)
+    cum = torch.zeros(2, dtype=torch.int32, device=device)
+    q = torch.randn(4, 4, 64, device=device)
+    with pytest.raises(ValueError, match=r"`cum_seq_lens_q` must have shape \(3,\)"):
+        infini.ops.paged_attention_prefill_infinilm(
+            q, cache, cache, tables, lengths, cum, None, 0.1, torch.empty_like(q)
+        )
