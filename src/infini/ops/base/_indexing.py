@@ -13,6 +13,7 @@ from infini.ops.core.operator import Operator
 
 INDEX_DTYPES = ("int32", "int64")
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
+KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
 
 
 def index_error(
@@ -63,3 +64,58 @@ def unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
         position.append(flat % size if size else 0)
         flat //= size if size else 1
     return tuple(reversed(position))
+
+
+def slot_error(operator: Operator, position: int, value: int, slots: int):
+    """The `ValueError` for a `slot_mapping` entry past the cache's slots."""
+    return operator.error(
+        f"`slot_mapping[{int(position)}]` is {int(value)}, but the cache has "
+        f"{slots} slots (blocks x block size), so slots must be below {slots} "
+        "(negative slots are skipped); nothing was written."
+    )
+
+
+def check_slots(operator: Operator, slot_mapping, slots: int) -> None:
+    """Raises `slot_error` for the first slot at or past `slots` (for
+    implementations that do not check inside their kernel)."""
+    if slot_mapping.numel() == 0:
+        return
+    bad = (slot_mapping >= slots).nonzero()
+    if len(bad):
+        position = int(bad[0, 0])
+        raise slot_error(operator, position, int(slot_mapping[position]), slots)
+
+
+def check_kv_cache_dtype(operator: Operator, args, caches: dict) -> bool:
+    """Validates `kv_cache_dtype` with the caches' and scales' dtypes;
+    returns whether it is an fp8 mode."""
+    mode = args.kv_cache_dtype
+    if mode not in KV_CACHE_DTYPES:
+        raise operator.error(
+            f"`kv_cache_dtype` must be one of {', '.join(map(repr, KV_CACHE_DTYPES))}, "
+            f"got {mode!r}."
+        )
+    key = args.key
+    if mode == "auto":
+        for name, meta in caches.items():
+            if meta.dtype != key.dtype:
+                raise operator.error(
+                    f"`{name}` has dtype {meta.dtype} but `key` has dtype {key.dtype}; "
+                    "with `kv_cache_dtype` 'auto' they must match."
+                )
+        return False
+    for name, meta in caches.items():
+        if meta.dtype != "uint8":
+            raise operator.error(
+                f"`{name}` has dtype {meta.dtype}; with `kv_cache_dtype` {mode!r} "
+                "caches hold fp8 bytes and must be uint8."
+            )
+    for name in ("k_scale", "v_scale"):
+        meta = getattr(args, name)
+        if meta.dtype != "float32" or meta.numel != 1:
+            raise operator.error(
+                f"`{name}` must be a float32 tensor of one element with "
+                f"`kv_cache_dtype` {mode!r}, got dtype {meta.dtype} and shape "
+                f"{meta.shape}."
+            )
+    return True

@@ -1,0 +1,58 @@
+"""CPU `paged_caching_infinilm` (slot 0): the shared KV-cache write kernel."""
+
+from __future__ import annotations
+
+from infini.ops.base._indexing import slot_error
+from infini.ops.base.paged_caching_infinilm import PagedCachingInfinilm
+from infini.ops.core.registry import implementation
+from infini.ops.native.cpu.kv_cache import CacheWrite
+from infini.ops.native.cpu.memory import span
+
+
+def head_major_pair(source, cache):
+    """The `CacheWrite` entry for ``cache[block, :, offset, :] = source[token]``
+    with a cache of shape ``(blocks, heads, block_size, head)``."""
+    c0, c1, c2, c3 = cache.strides
+    return (
+        source,
+        (0, source.strides[0]),
+        cache,
+        (c0, c2),
+        source.shape[1:],
+        source.strides[1:],
+        (c1, c3),
+    )
+
+
+@implementation(operator="paged_caching_infinilm", devices=("cpu",), slot=0)
+class CpuPagedCachingInfinilm(PagedCachingInfinilm):
+    def __init__(self, args) -> None:
+        super().__init__(args)
+        slot_mapping = args.slot_mapping
+        self.write = CacheWrite(
+            src_dtype=args.k.dtype,
+            kv_cache_dtype="auto",
+            index_dtype=slot_mapping.dtype,
+            append=False,
+            batch=1,
+            seq=slot_mapping.shape[0],
+            index_strides=(0, slot_mapping.strides[0]),
+            index_span=span(slot_mapping.shape, slot_mapping.strides),
+            block_size=self.block_size,
+            limit=self.slots,
+            pairs=(
+                head_major_pair(args.k, args.k_cache),
+                head_major_pair(args.v, args.v_cache),
+            ),
+        )
+
+    def launch(self, stream, k, v, slot_mapping, k_cache, v_cache) -> None:
+        bad = self.write(
+            k_cache.data_ptr(),
+            k.data_ptr(),
+            v_cache.data_ptr(),
+            v.data_ptr(),
+            slot_mapping.data_ptr(),
+        )
+        if bad >= 0:
+            raise slot_error(self, bad, int(slot_mapping[bad]), self.slots)
