@@ -17,17 +17,23 @@ from functools import cache
 import numpy as np
 from numba import prange
 
-from .elementwise import AliasGuard, loader, staging_like, storer
+from .codes import (
+    integer_code,
+    load_integer,
+    load_real,
+    real_code,
+    store_integer,
+    store_real,
+)
+from .elementwise import AliasGuard, staging_like
 from .jit import helper, kernel
-from .memory import STORAGE, element_array
+from .memory import element_array, span
+from .numeric import bfloat16_bits_to_float32, float16_bits_to_float32
 
 # Tokens x experts below which gating kernels run serially, and the work
 # (tokens x experts) of one parallel chunk.
 GATING_PARALLEL_THRESHOLD = 16384
 GATING_CHUNK = 8192
-
-# The storage used for an absent optional tensor (never read).
-_ABSENT = "float32"
 
 
 def gating_chunks(tokens: int, row_work: int) -> int:
@@ -78,378 +84,338 @@ def sigmoid32(x):
     return np.float32(1.0) / (np.float32(1.0) + np.exp(-x))
 
 
-@cache
-def topk_gating_kernels(
-    scoring: str,
-    gating_dtype: str,
-    bias_dtype: str | None,
-    padding_dtype: str | None,
-    weight_dtype: str,
-    id_dtype: str,
-    token_dtype: str | None,
+def _topk_gating_run(
+    addresses,
+    spans,
+    codes,
+    tokens,
+    experts,
+    topk,
+    strides,
+    softmax,
+    renormalize,
+    scale,
+    chunks,
 ):
-    """Serial and parallel kernels of top-k gating over `tokens` rows of
-    `experts` scores: `scoring` is "softmax" (float32 softmax over the row)
-    or "sigmoid". The optional bias is added to the scores for the selection
-    only; the weights are the selected scores, renormalised to sum 1 when
-    `renormalize` (unless they sum to 0) and multiplied by `scale`. Padding
-    rows get expert id -1 and weight 0. `token_expert_indices[t, j]` is
-    ``j * tokens + t``."""
-    softmax = scoring == "softmax"
-    has_bias = bias_dtype is not None
-    has_padding = padding_dtype is not None
-    has_token = token_dtype is not None
-    load_gating = loader(gating_dtype)
-    load_bias = loader(bias_dtype or _ABSENT)
-    load_padding = loader(padding_dtype or _ABSENT)
-    store_weight = storer(weight_dtype)
-    store_index = storer(id_dtype)
-    store_token = storer(token_dtype or "int32")
-    gating_storage = STORAGE[gating_dtype]
-    bias_storage = STORAGE[bias_dtype or _ABSENT]
-    padding_storage = STORAGE[padding_dtype or _ABSENT]
-    weight_storage = STORAGE[weight_dtype]
-    id_storage = STORAGE[id_dtype]
-    token_storage = STORAGE[token_dtype or "int32"]
-
-    def run(
-        weight_address,
-        id_address,
-        token_address,
-        gating_address,
-        bias_address,
-        padding_address,
-        spans,
-        tokens,
-        experts,
-        topk,
-        strides,
-        renormalize,
-        scale,
-        chunks,
-    ):
-        weights = element_array(weight_address, spans[0], weight_storage)
-        ids = element_array(id_address, spans[1], id_storage)
-        token_indices = element_array(token_address, spans[2], token_storage)
-        gating = element_array(gating_address, spans[3], gating_storage)
-        bias = element_array(bias_address, spans[4], bias_storage)
-        padding = element_array(padding_address, spans[5], padding_storage)
-        factor = np.float32(scale)
-        for chunk in prange(chunks):
-            first = chunk * tokens // chunks
-            last = (chunk + 1) * tokens // chunks
-            scores = np.empty(experts, np.float32)
-            keys = np.empty(max(topk, 1), np.float32)
-            chosen = np.empty(max(topk, 1), np.int64)
-            for t in range(first, last):
-                base = t * strides[0, 0]
-                if softmax:
-                    maximum = np.float32(-np.inf)
-                    for e in range(experts):
-                        value = np.float32(
-                            load_gating(gating, base + e * strides[0, 1])
-                        )
-                        scores[e] = value
-                        if value > maximum:
-                            maximum = value
-                    total = np.float32(0.0)
-                    for e in range(experts):
-                        value = np.exp(scores[e] - maximum)
-                        scores[e] = value
-                        total += value
-                    inverse = np.float32(1.0) / total
-                    for e in range(experts):
-                        scores[e] *= inverse
-                else:
-                    for e in range(experts):
-                        value = np.float32(
-                            load_gating(gating, base + e * strides[0, 1])
-                        )
-                        scores[e] = sigmoid32(value)
-                count = 0
+    # Operands: 0 weights, 1 ids, 2 token indices, 3 gating, 4 bias, 5 padding.
+    w32 = element_array(addresses[0], spans[0], np.float32)
+    w16 = element_array(addresses[0], spans[0], np.uint16)
+    id32 = element_array(addresses[1], spans[1], np.int32)
+    id64 = element_array(addresses[1], spans[1], np.int64)
+    tk32 = element_array(addresses[2], spans[2], np.int32)
+    tk64 = element_array(addresses[2], spans[2], np.int64)
+    g32 = element_array(addresses[3], spans[3], np.float32)
+    g16 = element_array(addresses[3], spans[3], np.uint16)
+    b32 = element_array(addresses[4], spans[4], np.float32)
+    b16 = element_array(addresses[4], spans[4], np.uint16)
+    pad8 = element_array(addresses[5], spans[5], np.uint8)
+    pad32 = element_array(addresses[5], spans[5], np.int32)
+    pad64 = element_array(addresses[5], spans[5], np.int64)
+    has_bias = addresses[4] != 0
+    has_padding = codes[5] != 0
+    has_token = codes[2] != 0
+    factor = np.float32(scale)
+    for chunk in prange(chunks):
+        first = chunk * tokens // chunks
+        last = (chunk + 1) * tokens // chunks
+        scores = np.empty(experts, np.float32)
+        keys = np.empty(max(topk, 1), np.float32)
+        chosen = np.empty(max(topk, 1), np.int64)
+        for t in range(first, last):
+            base = t * strides[3, 0]
+            for e in range(experts):
+                scores[e] = load_real(g32, g16, codes[3], base + e * strides[3, 1])
+            if softmax:
+                maximum = np.float32(-np.inf)
                 for e in range(experts):
-                    key = scores[e]
-                    if has_bias:
-                        key += np.float32(load_bias(bias, e * strides[1, 0]))
-                    count = insert_top(keys, chosen, count, topk, key, e)
-                padded = False
-                if has_padding:
-                    padded = load_padding(padding, t * strides[2, 0]) != 0
+                    if scores[e] > maximum:
+                        maximum = scores[e]
                 total = np.float32(0.0)
-                for j in range(topk):
-                    total += scores[chosen[j]]
-                multiplier = factor
-                if renormalize and total != 0:
-                    multiplier = factor / total
-                for j in range(topk):
-                    weight_offset = t * strides[3, 0] + j * strides[3, 1]
-                    id_offset = t * strides[4, 0] + j * strides[4, 1]
-                    if padded:
-                        store_weight(weights, weight_offset, np.float32(0.0))
-                        store_index(ids, id_offset, -1)
-                    else:
-                        store_weight(
-                            weights, weight_offset, scores[chosen[j]] * multiplier
-                        )
-                        store_index(ids, id_offset, chosen[j])
-                    if has_token:
-                        store_token(
-                            token_indices,
-                            t * strides[5, 0] + j * strides[5, 1],
-                            j * tokens + t,
-                        )
-
-    return kernel(run), kernel(run, parallel=True)
-
-
-@cache
-def grouped_topk_kernels(
-    score_dtype: str, bias_dtype: str, value_dtype: str, index_dtype: str
-):
-    """Serial and parallel kernels of DeepSeek-style grouped top-k routing
-    (see `infini.ops.base.grouped_topk`)."""
-    load_score = loader(score_dtype)
-    load_bias = loader(bias_dtype)
-    store_value = storer(value_dtype)
-    store_index = storer(index_dtype)
-    score_storage = STORAGE[score_dtype]
-    bias_storage = STORAGE[bias_dtype]
-    value_storage = STORAGE[value_dtype]
-    index_storage = STORAGE[index_dtype]
-
-    def run(
-        value_address,
-        index_address,
-        score_address,
-        bias_address,
-        spans,
-        tokens,
-        experts,
-        groups,
-        topk_group,
-        topk,
-        strides,
-        renormalize,
-        scale,
-        sigmoid,
-        chunks,
-    ):
-        values = element_array(value_address, spans[0], value_storage)
-        indices = element_array(index_address, spans[1], index_storage)
-        scores_in = element_array(score_address, spans[2], score_storage)
-        bias = element_array(bias_address, spans[3], bias_storage)
-        per_group = experts // groups
-        factor = np.float32(scale)
-        neg_inf = np.float32(-np.inf)
-        for chunk in prange(chunks):
-            first = chunk * tokens // chunks
-            last = (chunk + 1) * tokens // chunks
-            scores = np.empty(experts, np.float32)
-            choice = np.empty(experts, np.float32)
-            group_scores = np.empty(groups, np.float32)
-            group_keys = np.empty(max(topk_group, 1), np.float32)
-            group_chosen = np.empty(max(topk_group, 1), np.int64)
-            keys = np.empty(max(topk, 1), np.float32)
-            chosen = np.empty(max(topk, 1), np.int64)
-            pair_keys = np.empty(2, np.float32)
-            pair_chosen = np.empty(2, np.int64)
-            for t in range(first, last):
-                base = t * strides[2, 0]
                 for e in range(experts):
-                    value = np.float32(load_score(scores_in, base + e * strides[2, 1]))
-                    if sigmoid:
-                        value = sigmoid32(value)
+                    value = np.exp(scores[e] - maximum)
                     scores[e] = value
-                    choice[e] = value + np.float32(load_bias(bias, e * strides[3, 0]))
-                for g in range(groups):
-                    count = 0
-                    for e in range(g * per_group, (g + 1) * per_group):
-                        count = insert_top(
-                            pair_keys, pair_chosen, count, 2, choice[e], e
-                        )
-                    group_scores[g] = pair_keys[0] + pair_keys[1]
-                count = 0
-                for g in range(groups):
-                    count = insert_top(
-                        group_keys, group_chosen, count, topk_group, group_scores[g], g
+                    total += value
+                inverse = np.float32(1.0) / total
+                for e in range(experts):
+                    scores[e] *= inverse
+            else:
+                for e in range(experts):
+                    scores[e] = sigmoid32(scores[e])
+            count = 0
+            for e in range(experts):
+                key = scores[e]
+                if has_bias:
+                    key += load_real(b32, b16, codes[4], e * strides[4, 0])
+                count = insert_top(keys, chosen, count, topk, key, e)
+            padded = False
+            if has_padding:
+                flag = load_integer(pad8, pad32, pad64, codes[5], t * strides[5, 0])
+                padded = flag != 0
+            total = np.float32(0.0)
+            for j in range(topk):
+                total += scores[chosen[j]]
+            multiplier = factor
+            if renormalize and total != 0:
+                multiplier = factor / total
+            for j in range(topk):
+                weight_offset = t * strides[0, 0] + j * strides[0, 1]
+                id_offset = t * strides[1, 0] + j * strides[1, 1]
+                if padded:
+                    store_real(w32, w16, codes[0], weight_offset, np.float32(0.0))
+                    store_integer(id32, id64, codes[1], id_offset, -1)
+                else:
+                    weight = scores[chosen[j]] * multiplier
+                    store_real(w32, w16, codes[0], weight_offset, weight)
+                    store_integer(id32, id64, codes[1], id_offset, chosen[j])
+                if has_token:
+                    store_integer(
+                        tk32,
+                        tk64,
+                        codes[2],
+                        t * strides[2, 0] + j * strides[2, 1],
+                        j * tokens + t,
                     )
-                count = 0
-                for j in range(topk_group):
-                    g = group_chosen[j]
-                    for e in range(g * per_group, (g + 1) * per_group):
-                        count = insert_top(keys, chosen, count, topk, choice[e], e)
-                # Fewer candidates than `topk` cannot happen (validated), but
-                # keep every write defined anyway.
-                for j in range(count, topk):
-                    keys[j] = neg_inf
-                    chosen[j] = 0
-                total = np.float32(0.0)
-                for j in range(topk):
-                    total += scores[chosen[j]]
-                multiplier = factor
-                if renormalize and total != 0:
-                    multiplier = factor / total
-                for j in range(topk):
-                    store_value(
-                        values,
-                        t * strides[0, 0] + j * strides[0, 1],
-                        scores[chosen[j]] * multiplier,
-                    )
-                    store_index(
-                        indices, t * strides[1, 0] + j * strides[1, 1], chosen[j]
-                    )
-
-    return kernel(run), kernel(run, parallel=True)
 
 
 @cache
-def moe_sum_kernels(dtype: str, id_dtype: str | None, map_dtype: str | None):
+def topk_gating_kernels():
+    """Serial and parallel kernels of top-k gating over `tokens` rows of
+    `experts` scores: a float32 softmax over the row (`softmax`) or a
+    sigmoid per score. The optional bias (address 0: absent) is added to the
+    scores for the selection only; the weights are the selected scores,
+    renormalised to sum 1 when `renormalize` (unless they sum to 0) and
+    multiplied by `scale`. Padding rows get expert id -1 and weight 0.
+    `token_expert_indices[t, j]` is ``j * tokens + t``. Operands, in
+    `addresses`, `spans`, `codes` (`codes.py`) and the rows of `strides`:
+    weights, ids, token indices, gating, bias, padding."""
+    return kernel(_topk_gating_run), kernel(_topk_gating_run, parallel=True)
+
+
+def _grouped_topk_run(
+    addresses,
+    spans,
+    codes,
+    tokens,
+    experts,
+    groups,
+    topk_group,
+    topk,
+    strides,
+    renormalize,
+    scale,
+    sigmoid,
+    chunks,
+):
+    # Operands: 0 values (float32), 1 indices, 2 scores, 3 bias.
+    values = element_array(addresses[0], spans[0], np.float32)
+    i32 = element_array(addresses[1], spans[1], np.int32)
+    i64 = element_array(addresses[1], spans[1], np.int64)
+    s32 = element_array(addresses[2], spans[2], np.float32)
+    s16 = element_array(addresses[2], spans[2], np.uint16)
+    b32 = element_array(addresses[3], spans[3], np.float32)
+    b16 = element_array(addresses[3], spans[3], np.uint16)
+    per_group = experts // groups
+    factor = np.float32(scale)
+    for chunk in prange(chunks):
+        first = chunk * tokens // chunks
+        last = (chunk + 1) * tokens // chunks
+        scores = np.empty(experts, np.float32)
+        choice = np.empty(experts, np.float32)
+        group_scores = np.empty(groups, np.float32)
+        group_keys = np.empty(max(topk_group, 1), np.float32)
+        group_chosen = np.empty(max(topk_group, 1), np.int64)
+        keys = np.empty(max(topk, 1), np.float32)
+        chosen = np.zeros(max(topk, 1), np.int64)
+        pair_keys = np.empty(2, np.float32)
+        pair_chosen = np.empty(2, np.int64)
+        for t in range(first, last):
+            base = t * strides[2, 0]
+            for e in range(experts):
+                value = load_real(s32, s16, codes[2], base + e * strides[2, 1])
+                if sigmoid:
+                    value = sigmoid32(value)
+                scores[e] = value
+                choice[e] = value + load_real(b32, b16, codes[3], e * strides[3, 0])
+            for g in range(groups):
+                count = 0
+                for e in range(g * per_group, (g + 1) * per_group):
+                    count = insert_top(pair_keys, pair_chosen, count, 2, choice[e], e)
+                group_scores[g] = pair_keys[0] + pair_keys[1]
+            count = 0
+            for g in range(groups):
+                count = insert_top(
+                    group_keys, group_chosen, count, topk_group, group_scores[g], g
+                )
+            count = 0
+            for j in range(topk_group):
+                g = group_chosen[j]
+                for e in range(g * per_group, (g + 1) * per_group):
+                    count = insert_top(keys, chosen, count, topk, choice[e], e)
+            total = np.float32(0.0)
+            for j in range(topk):
+                total += scores[chosen[j]]
+            multiplier = factor
+            if renormalize and total != 0:
+                multiplier = factor / total
+            for j in range(topk):
+                values[t * strides[0, 0] + j * strides[0, 1]] = (
+                    scores[chosen[j]] * multiplier
+                )
+                store_integer(
+                    i32, i64, codes[1], t * strides[1, 0] + j * strides[1, 1], chosen[j]
+                )
+
+
+@cache
+def grouped_topk_kernels():
+    """Serial and parallel kernels of DeepSeek-style grouped top-k routing
+    (see `infini.ops.base.grouped_topk`). Operands: values, indices, scores,
+    bias."""
+    return kernel(_grouped_topk_run), kernel(_grouped_topk_run, parallel=True)
+
+
+@helper
+def accumulate_row(total, x32, x16, code, base, step, hidden):
+    # The dtype branch sits outside the loop, so each loop vectorises.
+    if code == 0:
+        for h in range(hidden):
+            total[h] += x32[base + h * step]
+    elif code == 1:
+        for h in range(hidden):
+            total[h] += float16_bits_to_float32(x16[base + h * step])
+    else:
+        for h in range(hidden):
+            total[h] += bfloat16_bits_to_float32(x16[base + h * step])
+
+
+def _moe_sum_run(
+    addresses, spans, codes, tokens, topk, hidden, map_size, strides, chunks
+):
+    # Operands: 0 output, 1 input, 2 topk_ids, 3 expert_map.
+    o32 = element_array(addresses[0], spans[0], np.float32)
+    o16 = element_array(addresses[0], spans[0], np.uint16)
+    x32 = element_array(addresses[1], spans[1], np.float32)
+    x16 = element_array(addresses[1], spans[1], np.uint16)
+    id8 = element_array(addresses[2], spans[2], np.uint8)
+    id32 = element_array(addresses[2], spans[2], np.int32)
+    id64 = element_array(addresses[2], spans[2], np.int64)
+    map8 = element_array(addresses[3], spans[3], np.uint8)
+    map32 = element_array(addresses[3], spans[3], np.int32)
+    map64 = element_array(addresses[3], spans[3], np.int64)
+    has_ids = codes[2] != 0
+    has_map = codes[3] != 0
+    for chunk in prange(chunks):
+        first = chunk * tokens // chunks
+        last = (chunk + 1) * tokens // chunks
+        total = np.empty(hidden, np.float32)
+        for t in range(first, last):
+            total[:] = 0.0
+            for j in range(topk):
+                if has_ids:
+                    offset = t * strides[2, 0] + j * strides[2, 1]
+                    expert = load_integer(id8, id32, id64, codes[2], offset)
+                    if has_map:
+                        if expert < 0 or expert >= map_size:
+                            continue
+                        expert = load_integer(
+                            map8, map32, map64, codes[3], expert * strides[3, 0]
+                        )
+                    if expert < 0:
+                        continue
+                base = t * strides[1, 0] + j * strides[1, 1]
+                accumulate_row(total, x32, x16, codes[1], base, strides[1, 2], hidden)
+            out_base = t * strides[0, 0]
+            for h in range(hidden):
+                store_real(o32, o16, codes[0], out_base + h * strides[0, 1], total[h])
+
+
+@cache
+def moe_sum_kernels():
     """Serial and parallel kernels of ``output[t] = sum_j input[t, j]`` over
     the `topk` slots of each token, skipping slots whose (mapped) expert id
-    is negative or outside the expert map; float32 accumulation."""
-    has_ids = id_dtype is not None
-    has_map = map_dtype is not None
-    load = loader(dtype)
-    store = storer(dtype)
-    load_id = loader(id_dtype or "int64")
-    load_map = loader(map_dtype or "int64")
-    storage = STORAGE[dtype]
-    id_storage = STORAGE[id_dtype or "int64"]
-    map_storage = STORAGE[map_dtype or "int64"]
-
-    def run(
-        out_address,
-        in_address,
-        id_address,
-        map_address,
-        spans,
-        tokens,
-        topk,
-        hidden,
-        map_size,
-        strides,
-        chunks,
-    ):
-        out = element_array(out_address, spans[0], storage)
-        x = element_array(in_address, spans[1], storage)
-        ids = element_array(id_address, spans[2], id_storage)
-        expert_map = element_array(map_address, spans[3], map_storage)
-        for chunk in prange(chunks):
-            first = chunk * tokens // chunks
-            last = (chunk + 1) * tokens // chunks
-            total = np.empty(hidden, np.float32)
-            for t in range(first, last):
-                for h in range(hidden):
-                    total[h] = 0.0
-                for j in range(topk):
-                    if has_ids:
-                        expert = np.int64(
-                            load_id(ids, t * strides[2, 0] + j * strides[2, 1])
-                        )
-                        if has_map:
-                            if expert < 0 or expert >= map_size:
-                                continue
-                            expert = np.int64(
-                                load_map(expert_map, expert * strides[3, 0])
-                            )
-                        if expert < 0:
-                            continue
-                    base = t * strides[1, 0] + j * strides[1, 1]
-                    for h in range(hidden):
-                        total[h] += np.float32(load(x, base + h * strides[1, 2]))
-                out_base = t * strides[0, 0]
-                for h in range(hidden):
-                    store(out, out_base + h * strides[0, 1], total[h])
-
-    return kernel(run, fastmath={"reassoc", "contract"}), kernel(
-        run, parallel=True, fastmath={"reassoc", "contract"}
+    is negative or outside the expert map; float32 accumulation. Operands:
+    output, input, topk_ids, expert_map (code 0: absent)."""
+    fastmath = {"reassoc", "contract"}
+    return (
+        kernel(_moe_sum_run, fastmath=fastmath),
+        kernel(_moe_sum_run, parallel=True, fastmath=fastmath),
     )
 
 
-@cache
-def moe_align_kernel(
-    id_dtype: str,
-    map_dtype: str | None,
-    sorted_dtype: str,
-    expert_dtype: str,
-    count_dtype: str,
+def _moe_align_run(
+    addresses,
+    spans,
+    codes,
+    shape,
+    id_strides,
+    steps,
+    numel,
+    num_experts,
+    block_size,
+    map_size,
+    sorted_length,
+    block_count,
 ):
-    """The serial counting sort of `moe_align_block_size` (see its base)."""
-    has_map = map_dtype is not None
-    load_id = loader(id_dtype)
-    load_map = loader(map_dtype or "int64")
-    store_sorted = storer(sorted_dtype)
-    store_expert = storer(expert_dtype)
-    store_count = storer(count_dtype)
-    id_storage = STORAGE[id_dtype]
-    map_storage = STORAGE[map_dtype or "int64"]
-    sorted_storage = STORAGE[sorted_dtype]
-    expert_storage = STORAGE[expert_dtype]
-    count_storage = STORAGE[count_dtype]
-
-    def run(
-        sorted_address,
-        expert_address,
-        count_address,
-        id_address,
-        map_address,
-        spans,
-        shape,
-        id_strides,
-        steps,
-        numel,
-        num_experts,
-        block_size,
-        map_size,
-        sorted_length,
-        block_count,
-    ):
-        sorted_ids = element_array(sorted_address, spans[0], sorted_storage)
-        expert_ids = element_array(expert_address, spans[1], expert_storage)
-        post_pad = element_array(count_address, spans[2], count_storage)
-        ids = element_array(id_address, spans[3], id_storage)
-        expert_map = element_array(map_address, spans[4], map_storage)
-        experts = np.empty(numel, np.int64)
-        counts = np.zeros(num_experts + 1, np.int64)
-        ndim = shape.shape[0]
-        for i in range(numel):
-            offset = 0
-            rest = i
-            for dim in range(ndim - 1, -1, -1):
-                offset += (rest % shape[dim]) * id_strides[dim]
-                rest //= shape[dim]
-            expert = np.int64(load_id(ids, offset))
-            if has_map:
-                if 0 <= expert < map_size:
-                    expert = np.int64(load_map(expert_map, expert * steps[4]))
-                else:
-                    expert = -1
-            if expert < 0 or expert >= num_experts:
-                expert = -1
+    # Operands: 0 sorted_token_ids, 1 experts_ids, 2 num_tokens_post_pad,
+    # 3 topk_ids, 4 expert_map.
+    s32 = element_array(addresses[0], spans[0], np.int32)
+    s64 = element_array(addresses[0], spans[0], np.int64)
+    e32 = element_array(addresses[1], spans[1], np.int32)
+    e64 = element_array(addresses[1], spans[1], np.int64)
+    c32 = element_array(addresses[2], spans[2], np.int32)
+    c64 = element_array(addresses[2], spans[2], np.int64)
+    id8 = element_array(addresses[3], spans[3], np.uint8)
+    id32 = element_array(addresses[3], spans[3], np.int32)
+    id64 = element_array(addresses[3], spans[3], np.int64)
+    map8 = element_array(addresses[4], spans[4], np.uint8)
+    map32 = element_array(addresses[4], spans[4], np.int32)
+    map64 = element_array(addresses[4], spans[4], np.int64)
+    has_map = codes[4] != 0
+    experts = np.empty(numel, np.int64)
+    counts = np.zeros(num_experts + 1, np.int64)
+    ndim = shape.shape[0]
+    for i in range(numel):
+        offset = 0
+        rest = i
+        for dim in range(ndim - 1, -1, -1):
+            offset += (rest % shape[dim]) * id_strides[dim]
+            rest //= shape[dim]
+        expert = load_integer(id8, id32, id64, codes[3], offset)
+        if has_map:
+            if 0 <= expert < map_size:
+                expert = load_integer(map8, map32, map64, codes[4], expert * steps[4])
             else:
-                counts[expert + 1] += 1
-            experts[i] = expert
-        # `counts[e]` becomes the padded start of expert `e`.
-        for e in range(num_experts):
-            padded = (counts[e + 1] + block_size - 1) // block_size * block_size
-            counts[e + 1] = counts[e] + padded
-        total = counts[num_experts]
-        for position in range(sorted_length):
-            store_sorted(sorted_ids, position * steps[0], numel)
-        for block in range(block_count):
-            store_expert(expert_ids, block * steps[1], 0)
-        for e in range(num_experts):
-            for block in range(counts[e] // block_size, counts[e + 1] // block_size):
-                store_expert(expert_ids, block * steps[1], e)
-        cursor = counts[:num_experts].copy()
-        for i in range(numel):
-            expert = experts[i]
-            if expert >= 0:
-                store_sorted(sorted_ids, cursor[expert] * steps[0], i)
-                cursor[expert] += 1
-        store_count(post_pad, 0, total)
+                expert = -1
+        if expert < 0 or expert >= num_experts:
+            expert = -1
+        else:
+            counts[expert + 1] += 1
+        experts[i] = expert
+    # `counts[e]` becomes the padded start of expert `e`.
+    for e in range(num_experts):
+        padded = (counts[e + 1] + block_size - 1) // block_size * block_size
+        counts[e + 1] = counts[e] + padded
+    total = counts[num_experts]
+    for position in range(sorted_length):
+        store_integer(s32, s64, codes[0], position * steps[0], numel)
+    for block in range(block_count):
+        store_integer(e32, e64, codes[1], block * steps[1], 0)
+    for e in range(num_experts):
+        for block in range(counts[e] // block_size, counts[e + 1] // block_size):
+            store_integer(e32, e64, codes[1], block * steps[1], e)
+    cursor = counts[:num_experts].copy()
+    for i in range(numel):
+        expert = experts[i]
+        if expert >= 0:
+            store_integer(s32, s64, codes[0], cursor[expert] * steps[0], i)
+            cursor[expert] += 1
+    store_integer(c32, c64, codes[2], 0, total)
 
-    return kernel(run)
+
+@cache
+def moe_align_kernel():
+    """The serial counting sort of `moe_align_block_size` (see its base)."""
+    return kernel(_moe_align_run)
 
 
 class OutputStaging:
@@ -487,7 +453,7 @@ class OutputStaging:
                 tensor.copy_(target)
 
 
-def _strides2(meta) -> tuple[int, int]:
+def strides2(meta) -> tuple[int, int]:
     """The (row, column) strides of a 1-D or 2-D tensor (0 when absent)."""
     if meta is None:
         return (0, 0)
@@ -495,10 +461,14 @@ def _strides2(meta) -> tuple[int, int]:
     return strides[0], strides[1]
 
 
-def _span(meta) -> int:
-    from .memory import span
+def spans_of(metas) -> np.ndarray:
+    return np.array(
+        [0 if m is None else span(m.shape, m.strides) for m in metas], np.int64
+    )
 
-    return 0 if meta is None else span(meta.shape, meta.strides)
+
+def addresses_of(tensors) -> np.ndarray:
+    return np.array([0 if t is None else t.data_ptr() for t in tensors], np.int64)
 
 
 class TopkGatingLaunch:
@@ -509,25 +479,23 @@ class TopkGatingLaunch:
         tokens, experts = gating.shape
         self.tokens, self.experts = tokens, experts
         self.topk = weights.shape[1]
+        self.softmax = scoring == "softmax"
         operands = (weights, ids, token_indices, gating, bias, padding)
-        self.spans = np.array([_span(m) for m in operands], dtype=np.int64)
-        self.strides = np.array(
+        self.spans = spans_of(operands)
+        self.strides = np.array([strides2(m) for m in operands], np.int64)
+        self.codes = np.array(
             [
-                _strides2(m)
-                for m in (gating, bias, padding, weights, ids, token_indices)
+                real_code(weights),
+                integer_code(ids),
+                integer_code(token_indices),
+                real_code(gating),
+                0 if bias is None else real_code(bias),
+                integer_code(padding),
             ],
-            dtype=np.int64,
+            np.int64,
         )
         self.chunks = gating_chunks(tokens, experts)
-        serial, parallel = topk_gating_kernels(
-            scoring,
-            gating.dtype,
-            None if bias is None else bias.dtype,
-            None if padding is None else padding.dtype,
-            weights.dtype,
-            ids.dtype,
-            None if token_indices is None else token_indices.dtype,
-        )
+        serial, parallel = topk_gating_kernels()
         self.kernel = parallel if self.chunks > 1 else serial
         self.staging = OutputStaging(
             (weights, ids, token_indices), (gating, bias, padding)
@@ -543,17 +511,14 @@ class TopkGatingLaunch:
         outputs = (weights, ids, token_indices)
         targets = self.staging.targets(outputs, inputs)
         self.kernel(
-            targets[0].data_ptr(),
-            targets[1].data_ptr(),
-            0 if targets[2] is None else targets[2].data_ptr(),
-            gating.data_ptr(),
-            0 if bias is None else bias.data_ptr(),
-            0 if padding is None else padding.data_ptr(),
+            addresses_of(tuple(targets) + inputs),
             self.spans,
+            self.codes,
             self.tokens,
             self.experts,
             self.topk,
             self.strides,
+            self.softmax,
             renormalize,
             scale,
             self.chunks,

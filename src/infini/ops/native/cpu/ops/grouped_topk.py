@@ -6,11 +6,15 @@ import numpy as np
 
 from infini.ops.base.grouped_topk import GroupedTopk
 from infini.ops.core.registry import implementation
-from infini.ops.native.cpu.memory import span
 from infini.ops.native.cpu.routing import (
     OutputStaging,
+    addresses_of,
     gating_chunks,
     grouped_topk_kernels,
+    integer_code,
+    real_code,
+    spans_of,
+    strides2,
 )
 
 
@@ -21,14 +25,13 @@ class CpuGroupedTopk(GroupedTopk):
         values, indices = args.topk_values, args.topk_indices
         scores, bias = args.scores, args.bias
         operands = (values, indices, scores, bias)
-        self.spans = np.array([span(m.shape, m.strides) for m in operands], np.int64)
-        self.strides = np.array(
-            [(tuple(m.strides) + (0,))[:2] for m in operands], dtype=np.int64
+        self.spans = spans_of(operands)
+        self.strides = np.array([strides2(m) for m in operands], np.int64)
+        self.codes = np.array(
+            [0, integer_code(indices), real_code(scores), real_code(bias)], np.int64
         )
         self.chunks = gating_chunks(self.tokens, self.experts)
-        serial, parallel = grouped_topk_kernels(
-            scores.dtype, bias.dtype, values.dtype, indices.dtype
-        )
+        serial, parallel = grouped_topk_kernels()
         self.kernel = parallel if self.chunks > 1 else serial
         self.staging = OutputStaging((values, indices), (scores, bias))
 
@@ -38,11 +41,9 @@ class CpuGroupedTopk(GroupedTopk):
         outputs = (topk_values, topk_indices)
         targets = self.staging.targets(outputs, (scores, bias))
         self.kernel(
-            targets[0].data_ptr(),
-            targets[1].data_ptr(),
-            scores.data_ptr(),
-            bias.data_ptr(),
+            addresses_of((targets[0], targets[1], scores, bias)),
             self.spans,
+            self.codes,
             self.tokens,
             self.experts,
             self.groups,

@@ -6,8 +6,13 @@ import numpy as np
 
 from infini.ops.base.moe_align_block_size import MoeAlignBlockSize
 from infini.ops.core.registry import implementation
-from infini.ops.native.cpu.memory import span
-from infini.ops.native.cpu.routing import OutputStaging, moe_align_kernel
+from infini.ops.native.cpu.routing import (
+    OutputStaging,
+    addresses_of,
+    integer_code,
+    moe_align_kernel,
+    spans_of,
+)
 
 
 @implementation(operator="moe_align_block_size", devices=("cpu",), slot=0)
@@ -17,9 +22,8 @@ class CpuMoeAlignBlockSize(MoeAlignBlockSize):
         topk_ids, expert_map = args.topk_ids, args.expert_map
         outputs = (args.sorted_token_ids, args.experts_ids, args.num_tokens_post_pad)
         operands = outputs + (topk_ids, expert_map)
-        self.spans = np.array(
-            [0 if m is None else span(m.shape, m.strides) for m in operands], np.int64
-        )
+        self.spans = spans_of(operands)
+        self.codes = np.array([integer_code(m) for m in operands], np.int64)
         self.shape = np.array(topk_ids.shape or (1,), np.int64)
         self.id_strides = np.array(topk_ids.strides or (0,), np.int64)
         self.steps = np.array(
@@ -29,13 +33,7 @@ class CpuMoeAlignBlockSize(MoeAlignBlockSize):
         self.map_size = 0 if expert_map is None else expert_map.shape[0]
         self.sorted_length = args.sorted_token_ids.shape[0]
         self.block_count = args.experts_ids.shape[0]
-        self.kernel = moe_align_kernel(
-            topk_ids.dtype,
-            None if expert_map is None else expert_map.dtype,
-            args.sorted_token_ids.dtype,
-            args.experts_ids.dtype,
-            args.num_tokens_post_pad.dtype,
-        )
+        self.kernel = moe_align_kernel()
         self.staging = OutputStaging(outputs, (topk_ids, expert_map))
 
     def launch(
@@ -50,12 +48,9 @@ class CpuMoeAlignBlockSize(MoeAlignBlockSize):
         outputs = (sorted_token_ids, experts_ids, num_tokens_post_pad)
         targets = self.staging.targets(outputs, (topk_ids, expert_map))
         self.kernel(
-            targets[0].data_ptr(),
-            targets[1].data_ptr(),
-            targets[2].data_ptr(),
-            topk_ids.data_ptr(),
-            0 if expert_map is None else expert_map.data_ptr(),
+            addresses_of(tuple(targets) + (topk_ids, expert_map)),
             self.spans,
+            self.codes,
             self.shape,
             self.id_strides,
             self.steps,

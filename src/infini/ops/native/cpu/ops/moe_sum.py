@@ -6,8 +6,15 @@ import numpy as np
 
 from infini.ops.base.moe_sum import MoeSum
 from infini.ops.core.registry import implementation
-from infini.ops.native.cpu.memory import span
-from infini.ops.native.cpu.routing import OutputStaging, gating_chunks, moe_sum_kernels
+from infini.ops.native.cpu.routing import (
+    OutputStaging,
+    addresses_of,
+    gating_chunks,
+    integer_code,
+    moe_sum_kernels,
+    real_code,
+    spans_of,
+)
 
 
 def _strides3(meta):
@@ -21,17 +28,20 @@ class CpuMoeSum(MoeSum):
     def __init__(self, args) -> None:
         super().__init__(args)
         operands = (args.output, args.input, args.topk_ids, args.expert_map)
-        self.spans = np.array(
-            [0 if m is None else span(m.shape, m.strides) for m in operands], np.int64
-        )
+        self.spans = spans_of(operands)
         self.strides = np.array([_strides3(m) for m in operands], np.int64)
+        self.codes = np.array(
+            [
+                real_code(args.output),
+                real_code(args.input),
+                integer_code(args.topk_ids),
+                integer_code(args.expert_map),
+            ],
+            np.int64,
+        )
         self.map_size = 0 if args.expert_map is None else args.expert_map.shape[0]
         self.chunks = gating_chunks(self.tokens, self.topk * self.hidden)
-        serial, parallel = moe_sum_kernels(
-            args.input.dtype,
-            None if args.topk_ids is None else args.topk_ids.dtype,
-            None if args.expert_map is None else args.expert_map.dtype,
-        )
+        serial, parallel = moe_sum_kernels()
         self.kernel = parallel if self.chunks > 1 else serial
         self.staging = OutputStaging(
             (args.output,), (args.input, args.topk_ids, args.expert_map)
@@ -43,11 +53,9 @@ class CpuMoeSum(MoeSum):
             return
         (target,) = self.staging.targets((output,), (input, topk_ids, expert_map))
         self.kernel(
-            target.data_ptr(),
-            input.data_ptr(),
-            0 if topk_ids is None else topk_ids.data_ptr(),
-            0 if expert_map is None else expert_map.data_ptr(),
+            addresses_of((target, input, topk_ids, expert_map)),
             self.spans,
+            self.codes,
             self.tokens,
             self.topk,
             self.hidden,
