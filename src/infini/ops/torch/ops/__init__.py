@@ -1,0 +1,1 @@
+"""Hand-written PyTorch implementations, one module per operator."""
