@@ -1,15 +1,105 @@
-"""Activation helpers inlined into CPU kernels (the `combine` functions of
+"""Activation helpers inlined into CPU kernels (the `transform` functions of
+`elementwise.unary_kernels` and the `combine` functions of
 `elementwise.binary_kernels`).
 
 They receive values already widened to the compute type (float32 for 16-bit
-floats and float32, float64 for float64) and return one of that type.
+floats and float32, float64 for float64) and return one of that type, except
+where a docstring says otherwise.
+
+`exp` is Numba's `np.exp` for float64 and a polynomial for float32: LLVM has
+no vector `exp` without Intel's SVML, and a scalar libm call per element
+would make every activation an order of magnitude slower than the memory
+traffic it needs. The polynomial keeps the loops vectorisable and is within
+two ulps of the correctly rounded result (checked in `tests/test_sigmoid.py`).
+
+Divisions are written `np.divide`: Numba's `/` checks for a zero divisor to
+raise `ZeroDivisionError`, and that branch alone stops vectorisation.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+from numba import types
+from numba.extending import overload
 
 from .jit import helper
+from .numeric import bits_float32, float32_bits
+
+# `exp` for float32 (the Cephes `expf` scheme): x = n ln2 + r with
+# |r| <= ln2 / 2, exp(r) by a degree-7 polynomial, and 2^n applied as two
+# exact power-of-two factors so that results in the subnormal range round
+# once. Inputs are clamped first (beyond the clamps the result is 0 or inf
+# anyway), NaNs pass through.
+_LOG2E = np.float32(1.4426950408889634)
+_LN2_HIGH = np.float32(0.693359375)  # 9 significant bits: `n * _LN2_HIGH` is exact
+_LN2_LOW = np.float32(-2.12194440e-4)
+_EXP_MIN = np.float32(-104.0)
+_EXP_MAX = np.float32(89.0)
+_EXP_P0 = np.float32(1.9875691500e-4)
+_EXP_P1 = np.float32(1.3981999507e-3)
+_EXP_P2 = np.float32(8.3334519073e-3)
+_EXP_P3 = np.float32(4.1665795894e-2)
+_EXP_P4 = np.float32(1.6666665459e-1)
+_EXP_P5 = np.float32(5.0000001201e-1)
+_HALF32 = np.float32(0.5)
+_ONE32 = np.float32(1.0)
+
+
+@helper
+def exp_float32(x):
+    # No conditional expressions: after Numba inlines them they become
+    # branches that keep LLVM from vectorising the caller's loop.
+    clamped = min(max(x, _EXP_MIN), _EXP_MAX)
+    n = np.floor(clamped * _LOG2E + _HALF32)
+    r = clamped - n * _LN2_HIGH
+    r = r - n * _LN2_LOW
+    z = r * r
+    p = (
+        (
+            (
+                ((((_EXP_P0 * r + _EXP_P1) * r + _EXP_P2) * r + _EXP_P3) * r + _EXP_P4)
+                * r
+            )
+            + _EXP_P5
+        )
+        * z
+        + r
+        + _ONE32
+    )
+    k = np.int32(n)
+    k_high = k >> 1
+    k_low = k - k_high
+    scale_high = bits_float32(np.uint32((k_high + 127) << 23))
+    scale_low = bits_float32(np.uint32((k_low + 127) << 23))
+    result = p * scale_high * scale_low
+    # NaN in, NaN out (the clamps replaced it): a branch-free select.
+    keep_input = np.uint32(0) - np.uint32(x != x)
+    bits = (float32_bits(result) & ~keep_input) | (float32_bits(x) & keep_input)
+    return bits_float32(bits)
+
+
+def exp(x):
+    """``e ** x`` in the type of `x` (inside kernels: see the module doc)."""
+    return np.exp(x)
+
+
+@overload(exp, inline="always")
+def _exp_overload(x):
+    # Inlined at the IR level (a call would stop LLVM vectorising the loop);
+    # `def`s rather than lambdas keep Numba's SSA checks quiet.
+    if isinstance(x, types.Float) and x.bitwidth == 32:
+
+        def exp_impl(x):
+            return exp_float32(x)
+
+        return exp_impl
+
+    def exp_generic(x):
+        return np.exp(x)
+
+    return exp_generic
 
 
 @helper
@@ -18,7 +108,48 @@ def silu(x):
     kernel does; for ``x < -88`` (float32) `exp` overflows to infinity and
     the result is -0, the correctly rounded value. (`np.float32(1)` keeps
     float32 arithmetic in float32; with float64 it widens to float64.)"""
-    return x / (np.exp(-x) + np.float32(1))
+    return np.divide(x, exp(-x) + _ONE32)
+
+
+@helper
+def sigmoid(x):
+    """``1 / (1 + exp(-x))``: 0 below the `exp` overflow, 1 above ~17."""
+    return np.divide(_ONE32, exp(-x) + _ONE32)
+
+
+# GELU with the tanh approximation,
+# ``0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))``, rewritten with
+# ``0.5 (1 + tanh(y)) = 1 / (1 + exp(-2 y))``: no cancellation for negative
+# `x`, where ``1 + tanh(y)`` would lose every digit. One helper per compute
+# type, so that the constants have that type's precision.
+_GELU_TANH_SCALE = 2.0 * math.sqrt(2.0 / math.pi)
+_GELU_TANH_CUBIC = 0.044715
+_GELU_TANH_SCALE32 = np.float32(_GELU_TANH_SCALE)
+_GELU_TANH_CUBIC32 = np.float32(_GELU_TANH_CUBIC)
+
+
+@helper
+def gelu_tanh_float32(x):
+    y = _GELU_TANH_SCALE32 * (x + _GELU_TANH_CUBIC32 * (x * x * x))
+    return np.divide(x, exp_float32(-y) + _ONE32)
+
+
+@helper
+def gelu_tanh_float64(x):
+    y = _GELU_TANH_SCALE * (x + _GELU_TANH_CUBIC * (x * x * x))
+    return np.divide(x, np.exp(-y) + 1.0)
+
+
+_SQRT1_2 = math.sqrt(0.5)
+
+
+@helper
+def gelu_erf(x):
+    """Exact GELU, ``x * Phi(x) = 0.5 x erfc(-x / sqrt(2))`` (`erfc` rather
+    than ``1 + erf``, which cancels for negative `x`), evaluated in float64
+    whatever the type of `x`; returns a float64."""
+    value = np.float64(x)
+    return 0.5 * value * math.erfc(-value * _SQRT1_2)
 
 
 @helper

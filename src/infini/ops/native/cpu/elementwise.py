@@ -138,9 +138,16 @@ def broadcast_shape(*shapes) -> tuple[int, ...] | None:
 
 
 class RowPlan:
-    """Rows x inner iteration over tensors sharing one (broadcast) shape."""
+    """Rows x inner iteration over tensors sharing one (broadcast) shape.
+
+    Dimensions are first ordered by the first operand's strides (largest
+    outermost), so that the inner loop walks the output with its smallest
+    stride whatever the layout (a column-major output is written along its
+    columns); then size-1 dimensions are dropped and contiguous ones merged.
+    """
 
     def __init__(self, shape, operand_strides) -> None:
+        shape, operand_strides = _order_by_first(tuple(shape), operand_strides)
         shape, operand_strides = coalesce(shape, operand_strides)
         self.numel = int(np.prod(shape, dtype=np.int64)) if shape else 1
         if any(size == 0 for size in shape):
@@ -162,6 +169,21 @@ class RowPlan:
             offsets.append(row_offsets)
         self.row_offsets = np.stack(offsets) if offsets else np.zeros((0, 1), np.int64)
         self.spans = tuple(span(shape, strides) for strides in operand_strides)
+
+
+def _order_by_first(shape, operand_strides):
+    """`shape` and the strides permuted so that the first operand's strides
+    decrease (stable: ties keep their order, so row-major stays as is)."""
+    if not operand_strides or len(shape) < 2:
+        return shape, [tuple(s) for s in operand_strides]
+    first = operand_strides[0]
+    order = sorted(range(len(shape)), key=lambda i: -first[i])
+    if order == list(range(len(shape))):
+        return shape, [tuple(s) for s in operand_strides]
+    return (
+        tuple(shape[i] for i in order),
+        [tuple(strides[i] for i in order) for strides in operand_strides],
+    )
 
 
 def coalesce(shape, operand_strides):
@@ -236,6 +258,13 @@ def staging_like(out):
     )
 
 
+# Kernels. Every factory returns Numba dispatchers (compiled on first call,
+# cached on disk), always a serial and a parallel (`prange`) variant. Loops
+# index from zero over slices where the data is contiguous, which lets LLVM
+# vectorise them; strided loops index with unsigned integers, which spares
+# Numba's negative-index wraparound test on every element.
+
+
 @cache
 def binary_kernels(combine, a_dtype: str, b_dtype: str, out_dtype: str, compute: str):
     """Serial and parallel kernels computing
@@ -276,6 +305,7 @@ def binary_kernels(combine, a_dtype: str, b_dtype: str, out_dtype: str, compute:
         a = element_array(a_address, a_span, a_storage)
         b = element_array(b_address, b_span, b_storage)
         value = compute_type(scalar)
+        contiguous = out_step == 1 and a_step == 1 and b_step == 1
         for chunk in prange(chunks):
             start = chunk * chunk_size
             stop = min(start + chunk_size, total)
@@ -283,19 +313,45 @@ def binary_kernels(combine, a_dtype: str, b_dtype: str, out_dtype: str, compute:
             first = start - row * inner
             while start < stop:
                 count = min(inner - first, stop - start)
-                out_base = offsets[0, row]
-                a_base = offsets[1, row]
-                b_base = offsets[2, row]
-                for i in range(first, first + count):
-                    store(
-                        o,
-                        out_base + i * out_step,
-                        combine(
-                            compute_type(load_a(a, a_base + i * a_step)),
-                            compute_type(load_b(b, b_base + i * b_step)),
-                            value,
-                        ),
+                out_base = offsets[0, row] + first * out_step
+                a_base = offsets[1, row] + first * a_step
+                b_base = offsets[2, row] + first * b_step
+                if contiguous:
+                    oc = o[out_base : out_base + count]
+                    ac = a[a_base : a_base + count]
+                    bc = b[b_base : b_base + count]
+                    for i in range(count):
+                        store(
+                            oc,
+                            i,
+                            combine(
+                                compute_type(load_a(ac, i)),
+                                compute_type(load_b(bc, i)),
+                                value,
+                            ),
+                        )
+                else:
+                    ob, ab, bb = (
+                        np.uint64(out_base),
+                        np.uint64(a_base),
+                        np.uint64(b_base),
                     )
+                    os, as_, bs = (
+                        np.uint64(out_step),
+                        np.uint64(a_step),
+                        np.uint64(b_step),
+                    )
+                    for i in range(count):
+                        j = np.uint64(i)
+                        store(
+                            o,
+                            ob + j * os,
+                            combine(
+                                compute_type(load_a(a, ab + j * as_)),
+                                compute_type(load_b(b, bb + j * bs)),
+                                value,
+                            ),
+                        )
                 start += count
                 row += 1
                 first = 0
@@ -315,8 +371,9 @@ BITS_DTYPE = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}
 
 @cache
 def unary_kernels(transform, in_dtype: str, out_dtype: str, compute: str):
-    """Serial and parallel kernels computing `out = transform(input)`
-    elementwise over a `RowPlan` of two operands (out, input).
+    """Kernels computing `out = transform(input)` elementwise: `(serial,
+    parallel)` over a `RowPlan` of two operands (out, input), then `(serial,
+    parallel)` for two contiguous operands (`UnaryLaunch` picks one).
 
     Each element is loaded as `in_dtype` (16-bit floats widened to float32),
     converted to `compute`'s type (`COMPUTE`), passed through `transform` (a
@@ -348,6 +405,7 @@ def unary_kernels(transform, in_dtype: str, out_dtype: str, compute: str):
     ):
         o = element_array(out_address, out_span, out_storage)
         x = element_array(in_address, in_span, in_storage)
+        contiguous = out_step == 1 and in_step == 1
         for chunk in prange(chunks):
             start = chunk * chunk_size
             stop = min(start + chunk_size, total)
@@ -355,19 +413,44 @@ def unary_kernels(transform, in_dtype: str, out_dtype: str, compute: str):
             first = start - row * inner
             while start < stop:
                 count = min(inner - first, stop - start)
-                out_base = offsets[0, row]
-                in_base = offsets[1, row]
-                for i in range(first, first + count):
-                    store(
-                        o,
-                        out_base + i * out_step,
-                        transform(compute_type(load(x, in_base + i * in_step))),
-                    )
+                out_base = offsets[0, row] + first * out_step
+                in_base = offsets[1, row] + first * in_step
+                if contiguous:
+                    oc = o[out_base : out_base + count]
+                    xc = x[in_base : in_base + count]
+                    for i in range(count):
+                        store(oc, i, transform(compute_type(load(xc, i))))
+                else:
+                    ob, ib = np.uint64(out_base), np.uint64(in_base)
+                    os, is_ = np.uint64(out_step), np.uint64(in_step)
+                    for i in range(count):
+                        j = np.uint64(i)
+                        store(
+                            o,
+                            ob + j * os,
+                            transform(compute_type(load(x, ib + j * is_))),
+                        )
                 start += count
                 row += 1
                 first = 0
 
-    return kernel(run), kernel(run, parallel=True)
+    def flat(out_address, in_address, total, chunk_size, chunks):
+        o = element_array(out_address, total, out_storage)
+        x = element_array(in_address, total, in_storage)
+        for chunk in prange(chunks):
+            start = chunk * chunk_size
+            stop = min(start + chunk_size, total)
+            oc = o[start:stop]
+            xc = x[start:stop]
+            for i in range(stop - start):
+                store(oc, i, transform(compute_type(load(xc, i))))
+
+    return (
+        kernel(run),
+        kernel(run, parallel=True),
+        kernel(flat),
+        kernel(flat, parallel=True),
+    )
 
 
 def copy_kernels(element_size: int):
@@ -376,20 +459,86 @@ def copy_kernels(element_size: int):
     return unary_kernels(identity, bits, bits, bits)
 
 
+# Float to integer conversions. C++ leaves out-of-range values (and NaN)
+# undefined; these follow what torch's CPU kernels do on x86-64, which is
+# also exact truncation toward zero for every value in range: narrow types go
+# through int32 (`cvttss2si`), `uint8` and `uint32` through int64 (torch
+# converts to `uint8` through `int64_t` on purpose, so -1.0 gives 255).
+
+
+@helper
+def float_to_int32(value):
+    return np.int32(value)
+
+
+@helper
+def float_to_int64(value):
+    return np.int64(value)
+
+
+@helper
+def float_to_uint64(value):
+    # Values below 2**63 (negative ones too) convert through int64 and wrap,
+    # as compilers lower this conversion on x86-64.
+    if value >= 9.223372036854775808e18:
+        return np.uint64(value)
+    return np.uint64(np.int64(value))
+
+
+FLOAT_TO_INTEGER = {
+    "int8": float_to_int32,
+    "int16": float_to_int32,
+    "int32": float_to_int32,
+    "int64": float_to_int64,
+    "uint8": float_to_int64,
+    "uint16": float_to_int32,
+    "uint32": float_to_int64,
+    "uint64": float_to_uint64,
+}
+_FLOAT_SOURCES = ("float16", "bfloat16", "float32", "float64")
+
+
+def conversion_kernels(source: str, destination: str):
+    """`unary_kernels` converting `source` elements to `destination` as
+    torch's CPU `Tensor.to` does (see `infini.ops.base.cast`); the same
+    dtype is a bit copy."""
+    if source == destination:
+        return copy_kernels(STORAGE[source]().itemsize)
+    transform = identity
+    compute = source
+    if source in _FLOAT_SOURCES and destination in FLOAT_TO_INTEGER:
+        transform = FLOAT_TO_INTEGER[destination]
+    elif source == "float64" and destination in ("float16", "bfloat16"):
+        # torch rounds float64 to float32 first (`Half`/`BFloat16` are built
+        # from a float); matching it bit for bit beats a single rounding here.
+        compute = "float32"
+    return unary_kernels(transform, source, destination, compute)
+
+
 class UnaryLaunch:
     """One planned `unary_kernels` pass over tensors of one shape: the row
-    plan, the serial or parallel kernel, and the arguments they take."""
+    plan, the kernel (the flat one when both operands are contiguous alike),
+    and the arguments it takes. Calls take the two data addresses."""
 
     def __init__(self, shape, out_strides, in_strides, kernels) -> None:
         self.plan = plan = RowPlan(shape, [tuple(out_strides), tuple(in_strides)])
         self.numel = plan.numel
         self.chunk_size, self.chunks = chunking(plan)
-        serial, parallel = kernels
-        self.kernel = parallel if self.chunks > 1 else serial
         self.total = plan.rows * plan.inner
+        self.flat = plan.rows == 1 and plan.inner_strides == (1, 1)
+        parallel = self.chunks > 1
+        if self.flat:
+            self.kernel = kernels[3] if parallel else kernels[2]
+        else:
+            self.kernel = kernels[1] if parallel else kernels[0]
 
     def __call__(self, out_address: int, in_address: int) -> None:
         if self.numel == 0:
+            return
+        if self.flat:
+            self.kernel(
+                out_address, in_address, self.total, self.chunk_size, self.chunks
+            )
             return
         plan = self.plan
         spans, steps = plan.spans, plan.inner_strides
@@ -406,6 +555,152 @@ class UnaryLaunch:
             self.chunks,
             self.total,
         )
+
+
+class UnaryElementwise:
+    """A planned `out = transform(input)` (a `unary_kernels` family) with
+    `input` broadcast to `out`'s shape; stages the result when `out`
+    overlaps `input` other than element for element (same addresses, same
+    element size), so results are as if `input` were read first.
+
+    An instance is the implementation's `launch`: ``(stream, input, out)``.
+    """
+
+    def __init__(self, out, input, kernels) -> None:
+        in_strides = broadcast_strides(input.shape, input.strides, out.shape)
+        self.pass_ = UnaryLaunch(out.shape, out.strides, in_strides, kernels)
+        self.numel = self.pass_.numel
+        spans = self.pass_.plan.spans
+        self.out_bytes = spans[0] * out.element_size
+        self.input_bytes = spans[1] * input.element_size
+        self.in_place = (
+            tuple(in_strides) == tuple(out.strides)
+            and input.element_size == out.element_size
+        )
+
+    def __call__(self, stream, input, out) -> None:
+        if self.numel == 0:
+            return
+        self.run(out, input.data_ptr())
+
+    def run(self, out, input_address: int) -> None:
+        """The launch on an input address (an input may be a view that is no
+        tensor of its own)."""
+        if self.numel == 0:
+            return
+        out_address = out.data_ptr()
+        if (
+            input_address < out_address + self.out_bytes
+            and out_address < input_address + self.input_bytes
+            and not (self.in_place and input_address == out_address)
+        ):
+            staged = staging_like(out)
+            self.pass_(staged.data_ptr(), input_address)
+            out.copy_(staged)
+        else:
+            self.pass_(out_address, input_address)
+
+
+@cache
+def fill_kernels(bits: str):
+    """Kernels storing one `bits` pattern (an unsigned type of the element
+    size) into every element of a one-operand `RowPlan`: `(serial, parallel)`
+    strided, then `(serial, parallel)` contiguous."""
+    from numba import prange
+
+    from .jit import kernel
+    from .memory import element_array
+
+    storage = STORAGE[bits]
+
+    def run(
+        out_address, out_span, inner, offsets, step, chunk_size, chunks, total, value
+    ):
+        o = element_array(out_address, out_span, storage)
+        pattern = storage(value)
+        for chunk in prange(chunks):
+            start = chunk * chunk_size
+            stop = min(start + chunk_size, total)
+            row = start // inner
+            first = start - row * inner
+            while start < stop:
+                count = min(inner - first, stop - start)
+                base = offsets[0, row] + first * step
+                if step == 1:
+                    oc = o[base : base + count]
+                    for i in range(count):
+                        oc[i] = pattern
+                else:
+                    ob, os = np.uint64(base), np.uint64(step)
+                    for i in range(count):
+                        o[ob + np.uint64(i) * os] = pattern
+                start += count
+                row += 1
+                first = 0
+
+    def flat(out_address, total, chunk_size, chunks, value):
+        o = element_array(out_address, total, storage)
+        pattern = storage(value)
+        for chunk in prange(chunks):
+            start = chunk * chunk_size
+            stop = min(start + chunk_size, total)
+            oc = o[start:stop]
+            for i in range(stop - start):
+                oc[i] = pattern
+
+    return (
+        kernel(run),
+        kernel(run, parallel=True),
+        kernel(flat),
+        kernel(flat, parallel=True),
+    )
+
+
+class FillLaunch:
+    """Writes one bit pattern into every element of tensors laid out as
+    `out`; `value` is the pattern as a `numpy.uint64` (see `bits_of`)."""
+
+    def __init__(self, out) -> None:
+        self.plan = plan = RowPlan(out.shape, [tuple(out.strides)])
+        self.numel = plan.numel
+        self.chunk_size, self.chunks = chunking(plan)
+        self.total = plan.rows * plan.inner
+        self.flat = plan.rows == 1 and plan.inner_strides == (1,)
+        kernels = fill_kernels(BITS_DTYPE[out.element_size])
+        parallel = self.chunks > 1
+        if self.flat:
+            self.kernel = kernels[3] if parallel else kernels[2]
+        else:
+            self.kernel = kernels[1] if parallel else kernels[0]
+
+    def __call__(self, out_address: int, value) -> None:
+        if self.numel == 0:
+            return
+        if self.flat:
+            self.kernel(out_address, self.total, self.chunk_size, self.chunks, value)
+            return
+        plan = self.plan
+        self.kernel(
+            out_address,
+            plan.spans[0],
+            plan.inner,
+            plan.row_offsets,
+            plan.inner_strides[0],
+            self.chunk_size,
+            self.chunks,
+            self.total,
+            value,
+        )
+
+
+def bits_of(tensor) -> np.uint64:
+    """The bit pattern of the single element of `tensor` (a torch tensor),
+    zero-extended (one kernel signature whatever the pattern)."""
+    import torch
+
+    size = tensor.element_size()
+    view = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[size]
+    return np.uint64(int(tensor.reshape(1).view(view)[0]) % (1 << (8 * size)))
 
 
 @cache
@@ -431,11 +726,16 @@ def flat_binary_kernels(combine, dtype: str):
         for chunk in prange(chunks):
             start = chunk * chunk_size
             stop = min(start + chunk_size, total)
-            for i in range(start, stop):
+            oc = o[start:stop]
+            ac = a[start:stop]
+            bc = b[start:stop]
+            for i in range(stop - start):
                 store(
-                    o,
+                    oc,
                     i,
-                    combine(compute_type(load(a, i)), compute_type(load(b, i)), value),
+                    combine(
+                        compute_type(load(ac, i)), compute_type(load(bc, i)), value
+                    ),
                 )
 
     return kernel(run), kernel(run, parallel=True)
@@ -537,3 +837,26 @@ class BinaryElementwise:
             )
         if staged is not None:
             out.copy_(staged)
+
+
+def precompile_unary_elementwise(operator: str, dtypes, *scalars) -> int:
+    """Runs `infini.ops.<operator>(input, *scalars, out)` once per dtype on
+    each layout class the unary kernels distinguish (small and large
+    contiguous, strided), compiling and caching those kernels; returns the
+    number of calls made."""
+    import torch
+
+    import infini.ops
+
+    function = getattr(infini.ops, operator)
+    calls = 0
+    for name in dtypes:
+        dtype = getattr(torch, name)
+        for shape, transpose in (((8,), False), ((512, 256), False), ((8, 8), True)):
+            input = torch.zeros(shape, dtype=dtype)
+            out = torch.empty(shape, dtype=dtype)
+            if transpose:
+                input = input.t()
+            function(input, *scalars, out, implementation_index=0)
+            calls += 1
+    return calls

@@ -8,13 +8,13 @@ from infini.ops.base.relu import Relu
 from infini.ops.core.dtypes import UNSIGNED_INTEGER_DTYPES
 from infini.ops.core.registry import implementation
 from infini.ops.native.cpu.elementwise import (
-    AliasGuard,
-    UnaryLaunch,
+    UnaryElementwise,
     copy_kernels,
-    staging_like,
+    precompile_unary_elementwise,
     unary_kernels,
 )
 from infini.ops.native.cpu.jit import helper
+from infini.ops.native.cpu.precompile import PRECOMPILED_DTYPES
 
 # Floats are handled as their bit patterns (unsigned integers of the same
 # width): a value is negative exactly when its pattern lies above the
@@ -63,7 +63,8 @@ _FLOAT_KERNELS = {
 }
 
 
-def _kernels(dtype: str, element_size: int):
+def relu_kernels(dtype: str, element_size: int):
+    """The `unary_kernels` of `relu` for `dtype` (shared with `relu_infinilm`)."""
     if dtype in UNSIGNED_INTEGER_DTYPES:
         # Nothing is negative: a copy.
         return copy_kernels(element_size)
@@ -78,22 +79,11 @@ class CpuRelu(Relu):
     def __init__(self, args) -> None:
         super().__init__(args)
         input, out = args.input, args.out
-        self.run = UnaryLaunch(
-            out.shape,
-            out.strides,
-            input.strides,
-            _kernels(out.dtype, out.element_size),
+        # Staged when `out` overlaps `input` other than in place.
+        self.launch = UnaryElementwise(
+            out, input, relu_kernels(out.dtype, out.element_size)
         )
-        self.alias = AliasGuard(out, out.strides, [(input, input.strides)])
 
-    def launch(self, stream, input, out) -> None:
-        if self.run.numel == 0:
-            return
-        out_address = out.data_ptr()
-        input_address = input.data_ptr()
-        if self.alias.needs_staging(out_address, (input_address,)):
-            target = staging_like(out)
-            self.run(target.data_ptr(), input_address)
-            out.copy_(target)
-        else:
-            self.run(out_address, input_address)
+    @classmethod
+    def precompile(cls) -> int:
+        return precompile_unary_elementwise("relu", PRECOMPILED_DTYPES)
