@@ -1,0 +1,35 @@
+"""`gelu`: ``out = gelu(input, approximate)``."""
+
+from __future__ import annotations
+
+from infini.ops.core.operator import Operator
+
+from ._unary import ACTIVATION_DTYPES, check_approximate, check_same_shape_and_dtype
+
+
+class Gelu(Operator):
+    """``out = torch.nn.functional.gelu(input, approximate=approximate)``.
+
+    - `approximate` is ``"none"``: ``x * Phi(x) = 0.5 x (1 + erf(x / sqrt(2)))``
+      (computed as ``0.5 x erfc(-x / sqrt(2))``, accurate for negative `x`
+      too), or ``"tanh"``:
+      ``0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))``. Anything else
+      is a `ValueError`. There is no default, as in the catalog.
+
+    - float32, float64, float16 and bfloat16; `input` and `out` share one
+      dtype and one shape. 16-bit floats are computed in float32 and
+      rounded once (to nearest even).
+    - Any strides, stride-0 (broadcast) dimensions of `input` included;
+      `out` must not broadcast. Zero-size tensors are allowed.
+    - `out` may be `input` itself or overlap it in any way (``x.t()``):
+      results are as if `input` were read first.
+    """
+
+    name = "gelu"
+    trace_name = "Gelu"
+    overloads = ("input: Tensor, approximate: str, out: Tensor!",)
+
+    def __init__(self, args) -> None:
+        super().__init__(args)
+        check_same_shape_and_dtype(self, args, ACTIVATION_DTYPES)
+        self.approximate = check_approximate(self, args.approximate)

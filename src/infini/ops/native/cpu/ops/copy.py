@@ -1,0 +1,21 @@
+"""CPU `copy` (slot 0): `cast`'s conversion kernels through the shared unary
+elementwise pass, `src` broadcast to `out`."""
+
+from __future__ import annotations
+
+from infini.ops.base.copy import Copy
+from infini.ops.core.registry import implementation
+from infini.ops.native.cpu.elementwise import UnaryElementwise, conversion_kernels
+
+
+@implementation(operator="copy", devices=("cpu",), slot=0)
+class CpuCopy(Copy):
+    def __init__(self, args) -> None:
+        super().__init__(args)
+        src, out = args.src, args.out
+        self.elementwise = UnaryElementwise(
+            out, src, conversion_kernels(src.dtype, out.dtype)
+        )
+
+    def launch(self, stream, src, out) -> None:
+        self.elementwise.run(out, src.data_ptr())
