@@ -1,10 +1,10 @@
 """The CPU causal softmax shared by `causal_softmax` and
-`causal_softmax_infinilm`."""
+`causal_softmax_infinilm`: the row softmax (`softmax_row`) with the causal
+mask on."""
 
 from __future__ import annotations
 
-from .elementwise import AliasGuard, staging_like
-from .rows import RowLayout, causal_softmax_kernels
+from .rows import softmax_launch
 
 
 class CausalSoftmaxLaunch:
@@ -12,36 +12,7 @@ class CausalSoftmaxLaunch:
     whose base validates the arguments first."""
 
     def plan(self, input, out) -> None:
-        self.layout = layout = RowLayout(input.shape, [out.strides, input.strides])
-        self.q = input.shape[-2]
-        serial, parallel = causal_softmax_kernels(input.dtype)
-        self.kernel = parallel if layout.chunks > 1 else serial
-        self.alias = AliasGuard(out, out.strides, [(input, input.strides)])
+        self.launch_rows = softmax_launch(input, out, input.ndim - 1, 1.0, causal=True)
 
     def launch(self, stream, input, out) -> None:
-        layout = self.layout
-        if layout.numel == 0:
-            return
-        out_address = out.data_ptr()
-        input_address = input.data_ptr()
-        target = out
-        if self.alias.needs_staging(out_address, (input_address,)):
-            target = staging_like(out)
-            out_address = target.data_ptr()
-        out_step, input_step = layout.col_steps
-        self.kernel(
-            out_address,
-            input_address,
-            layout.spans[0],
-            layout.spans[1],
-            layout.rows,
-            layout.cols,
-            self.q,
-            layout.shape,
-            layout.strides,
-            out_step,
-            input_step,
-            layout.chunks,
-        )
-        if target is not out:
-            out.copy_(target)
+        self.launch_rows(out, input)

@@ -1,5 +1,5 @@
-"""Row-wise kernels: operators that reduce over the last dimension (RMS
-normalisation, softmax) and write a row of the same length.
+"""Row-wise kernels: operators that reduce over one dimension (RMS
+normalisation, softmax) and write rows of the same length.
 
 A tensor of shape ``(..., cols)`` is walked as `rows` rows of `cols`
 elements. The leading dimensions are coalesced (merged where every operand
@@ -7,23 +7,45 @@ is contiguous across them) and a row's start offset is computed from its
 index, so any strides work without a per-row table. Rows keep their
 row-major order, so a row index still tells the position within each
 leading dimension (the causal mask uses it).
+
+Every row operator runs through one driver (`row_kernels`): it splits the
+rows into chunks (run in parallel above a size threshold), gives each chunk
+a float scratch row, and calls the operator's row body (a module-level
+`@helper`) with a 1-D view of each operand's row. A body reads its inputs
+into the scratch row before it writes anything, so an output may be its
+input element for element (in place). Operands whose elements are adjacent
+along the row are compiled with a constant step of 1, which lets LLVM
+vectorise the row loops.
 """
 
 from __future__ import annotations
 
+import hashlib
 from functools import cache
 
 import numpy as np
-from numba import prange
+from numba import prange, types
+from numba.extending import overload
 
-from .elementwise import coalesce, loader, storer
+from .elementwise import AliasGuard, coalesce, loader, staging_like, storer
 from .jit import helper, kernel
-from .memory import STORAGE, element_array, span
+from .memory import STORAGE, element_array
+from .numeric import (
+    bits_float32,
+    float16_bits_to_float32,
+    float32_bits,
+    float32_to_bfloat16_bits,
+    float32_to_float16_bits,
+)
 
 # Elements per parallel chunk, and the size below which kernels run serially
 # (waking the thread pool costs more than it saves on small tensors).
 CHUNK_ELEMENTS = 16384
 PARALLEL_THRESHOLD = 65536
+
+# The most operands a row kernel takes; launches pad with empty operands.
+OPERANDS = 5
+_PAD_DTYPE = "uint8"
 
 
 class RowLayout:
@@ -50,7 +72,6 @@ class RowLayout:
         self.strides = np.array(leading_strides, dtype=np.int64).reshape(
             len(operand_strides), len(leading)
         )
-        self.spans = tuple(span(shape, strides) for strides in operand_strides)
         if self.numel < PARALLEL_THRESHOLD or self.rows == 1:
             self.chunks = 1
         else:
@@ -69,132 +90,465 @@ def row_offset(row, shape, strides, operand):
     return offset
 
 
-def _compute_type(dtype: str):
-    return np.float64 if dtype == "float64" else np.float32
+@helper
+def row_operand(at, operand, size, storage, load, store):
+    """Operand `operand` in row `row`, where `at` is ``(addresses, steps,
+    shape, strides, cols, row)``: ``(view, step, load, store)``, `view` a
+    1-D array whose element ``j * step`` is the row's element `j`."""
+    addresses, steps, shape, strides, cols, row = at
+    step = steps[operand]
+    start = addresses[operand] + row_offset(row, shape, strides, operand) * size
+    view = element_array(start, (cols - 1) * step + 1, storage)
+    return (view, step, load, store)
+
+
+# Scalar helpers the row bodies use.
+
+
+@helper
+def identity(value):
+    return value
+
+
+@helper
+def as_float16(value):
+    """`value` rounded to float16 (and widened back to float32)."""
+    return float16_bits_to_float32(float32_to_float16_bits(np.float32(value)))
+
+
+@helper
+def as_bfloat16(value):
+    """`value` rounded to bfloat16 (and widened back to float32)."""
+    return bits_float32(
+        np.uint32(float32_to_bfloat16_bits(np.float32(value))) << np.uint32(16)
+    )
+
+
+def rounding(dtype: str):
+    """A helper rounding a float32 value as storing it as `dtype` would."""
+    return {"float16": as_float16, "bfloat16": as_bfloat16}.get(dtype, identity)
+
+
+# `exp` in float32 without a library call, so that loops over it vectorise,
+# for the arguments softmax has (``x - max(x)``: at most 0, or NaN):
+# ``exp(x) = 2^k * exp(r)`` with ``k = rint(x / ln 2)`` and
+# ``|r| <= ln(2) / 2``, `exp(r)` from its degree-7 Taylor polynomial (error
+# below 6e-9, well under float32's half ulp) and `2^k` built from its bits.
+_LOG2E = np.float32(1.4426950408889634)
+_LN2_HIGH = np.float32(0.693145751953125)
+_LN2_LOW = np.float32(1.4286067653e-06)
+_EXP_LOW = np.float32(-87.33654)  # below: under float32's smallest normal
+
+
+@helper
+def exp_nonpositive_float32(x):
+    """`exp(x)` in float32 for ``x <= 0`` within 2 ulps, NaN for NaN, and 0
+    for results below float32's smallest normal number (1.2e-38)."""
+    clamped = max(x, _EXP_LOW)
+    k = np.rint(clamped * _LOG2E)
+    r = clamped - k * _LN2_HIGH - k * _LN2_LOW
+    p = np.float32(1 / 5040)
+    p = p * r + np.float32(1 / 720)
+    p = p * r + np.float32(1 / 120)
+    p = p * r + np.float32(1 / 24)
+    p = p * r + np.float32(1 / 6)
+    p = p * r + np.float32(0.5)
+    p = p * r + np.float32(1)
+    p = p * r + np.float32(1)
+    power = bits_float32(np.uint32(np.int32(k) + np.int32(127)) << np.uint32(23))
+    result = p * power
+    if x < _EXP_LOW:
+        result = np.float32(0)
+    if x != x:
+        result = x
+    return result
+
+
+def exp_nonpositive(x):
+    """`exp(x)` for ``x <= 0`` in the type of `x`: `exp_nonpositive_float32`
+    for float32, the library's `exp` for float64 (kernels only)."""
+    raise NotImplementedError
+
+
+@overload(exp_nonpositive, inline="always")
+def _exp_nonpositive(x):
+    if x == types.float64:
+        return lambda x: np.exp(x)
+    return lambda x: exp_nonpositive_float32(x)
+
+
+# Maxima as integer maxima, which vectorise (a float maximum does not: its
+# NaN rules make it order dependent). A float32's order key is its bit
+# pattern with the magnitude bits flipped when negative: keys order as the
+# values, and a (positive) NaN above `inf`, so that a NaN maximum still
+# makes the row NaN. float64 values are their own keys.
+
+
+def order_key(value):
+    raise NotImplementedError
+
+
+def key_value(key):
+    raise NotImplementedError
+
+
+@overload(order_key, inline="always")
+def _order_key(value):
+    if value == types.float64:
+        return lambda value: value
+
+    def key32(value):
+        bits = np.int32(float32_bits(value))
+        return np.int32(bits ^ ((bits >> np.int32(31)) & np.int32(0x7FFFFFFF)))
+
+    return key32
+
+
+@overload(key_value, inline="always")
+def _key_value(key):
+    if key == types.float64:
+        return lambda key: key
+
+    def value32(key):
+        bits = np.int32(key ^ ((key >> np.int32(31)) & np.int32(0x7FFFFFFF)))
+        return bits_float32(np.uint32(bits))
+
+    return value32
+
+
+def compute_dtype(*dtypes: str) -> str:
+    """float64 when any operand is float64, else float32."""
+    return "float64" if "float64" in dtypes else "float32"
+
+
+# The driver.
 
 
 @cache
-def rms_norm_kernels(x_dtype: str, weight_dtype: str, out_dtype: str):
-    """Serial and parallel kernels for
-    ``out = x / sqrt(mean(x^2) + eps) * weight`` over the rows of
-    `x` (operand 1) into `out` (operand 0); `weight` is walked with its own
-    step. Accumulates in float32 (float64 for float64 inputs)."""
-    compute = _compute_type(x_dtype)
-    load_x, load_weight = loader(x_dtype), loader(weight_dtype)
-    store = storer(out_dtype, "float64" if compute is np.float64 else "float32")
-    x_storage, weight_storage = STORAGE[x_dtype], STORAGE[weight_dtype]
-    out_storage = STORAGE[out_dtype]
+def row_kernels(body, dtypes: tuple, compute: str, fixed_steps: tuple, narrow):
+    """Serial and parallel kernels running `body` over rows.
 
-    def run(
-        out_address,
-        x_address,
-        weight_address,
-        out_span,
-        x_span,
-        weight_span,
-        rows,
-        cols,
-        shape,
-        strides,
-        out_step,
-        x_step,
-        weight_step,
-        eps,
-        chunks,
-    ):
-        o = element_array(out_address, out_span, out_storage)
-        x = element_array(x_address, x_span, x_storage)
-        w = element_array(weight_address, weight_span, weight_storage)
-        epsilon = compute(eps)
-        count = compute(cols)
+    `dtypes` are the operands' dtypes, `compute` the type of the scratch
+    row, `fixed_steps` each operand's step along the row when it is known
+    (0 or 1; -1 when it is passed at run time) and `narrow` a helper
+    handed to `body` (a rounding applied to values read).
+
+    The serial kernel takes ``(addresses, steps, first, last, cols, shape,
+    strides, params)`` and runs rows `first` to `last`; the parallel one
+    takes ``(addresses, steps, rows, chunks, cols, shape, strides,
+    params)`` and runs `rows` rows in `chunks` parallel chunks. Addresses
+    and steps come `OPERANDS` each. For each row they call
+    ``body(operands, cols, row, params, scratch, narrow)`` where
+    operand `k` is ``(view, step, load, store)``: its row, its step along
+    it, and its element access helpers (16-bit floats load as float32 and
+    store rounded from `compute`).
+    """
+    dtypes = tuple(dtypes) + (_PAD_DTYPE,) * (OPERANDS - len(dtypes))
+    fixed_steps = tuple(fixed_steps) + (0,) * (OPERANDS - len(fixed_steps))
+    s0, s1, s2, s3, s4 = (STORAGE[d] for d in dtypes)
+    z0, z1, z2, z3, z4 = (np.dtype(STORAGE[d]).itemsize for d in dtypes)
+    f0, f1, f2, f3, f4 = fixed_steps
+    l0, l1, l2, l3, l4 = (loader(d) for d in dtypes)
+    w0, w1, w2, w3, w4 = (storer(d, compute) for d in dtypes)
+    scratch_type = np.float64 if compute == "float64" else np.float32
+
+    def run_rows(addresses, steps, first, last, cols, shape, strides, params):
+        steps = (
+            f0 if f0 >= 0 else steps[0],
+            f1 if f1 >= 0 else steps[1],
+            f2 if f2 >= 0 else steps[2],
+            f3 if f3 >= 0 else steps[3],
+            f4 if f4 >= 0 else steps[4],
+        )
+        scratch = np.empty(cols, scratch_type)
+        for row in range(first, last):
+            at = (addresses, steps, shape, strides, cols, row)
+            operands = (
+                row_operand(at, 0, z0, s0, l0, w0),
+                row_operand(at, 1, z1, s1, l1, w1),
+                row_operand(at, 2, z2, s2, l2, w2),
+                row_operand(at, 3, z3, s3, l3, w3),
+                row_operand(at, 4, z4, s4, l4, w4),
+            )
+            body(operands, cols, row, params, scratch, narrow)
+
+    # The parallel kernel calls the serial one per chunk (Numba's parallel
+    # array analysis fails on the row bodies' tuples of arrays). It captures
+    # that kernel, so the kernel's name must say what it computes: the disk
+    # cache keys captured functions by name.
+    key = repr(
+        (
+            _stable_name(body),
+            dtypes,
+            compute,
+            fixed_steps,
+            _stable_name(narrow),
+        )
+    )
+    run_rows.__qualname__ = (
+        f"row_kernels.run_rows_{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+    )
+    # `reassoc` lets sums run in several partial sums (vector lanes), which
+    # is faster and no less accurate than one running sum. No `nnan`: the
+    # bodies keep NaN and infinity semantics.
+    serial = kernel(run_rows, fastmath={"reassoc", "contract"})
+
+    def run_chunks(addresses, steps, rows, chunks, cols, shape, strides, params):
         for chunk in prange(chunks):
             first = chunk * rows // chunks
             last = (chunk + 1) * rows // chunks
-            for row in range(first, last):
-                out_base = row_offset(row, shape, strides, 0)
-                x_base = row_offset(row, shape, strides, 1)
-                total = compute(0)
-                for j in range(cols):
-                    value = compute(load_x(x, x_base + j * x_step))
-                    total += value * value
-                scale = compute(1) / np.sqrt(total / count + epsilon)
-                for j in range(cols):
-                    value = compute(load_x(x, x_base + j * x_step))
-                    weight = compute(load_weight(w, j * weight_step))
-                    store(o, out_base + j * out_step, value * scale * weight)
+            serial(addresses, steps, first, last, cols, shape, strides, params)
 
-    # `reassoc` lets the sum of squares use several partial sums (vector
-    # lanes), which is faster and no less accurate than one running sum.
-    fastmath = {"reassoc", "contract"}
-    return kernel(run, fastmath=fastmath), kernel(run, parallel=True, fastmath=fastmath)
+    return serial, kernel(run_chunks, parallel=True)
 
 
-@cache
-def causal_softmax_kernels(dtype: str):
-    """Serial and parallel kernels for a softmax over each row of `x`
-    (operand 1) into `out` (operand 0) under a bottom-right aligned causal
-    mask: in row `i` (of `q` rows per matrix) the first
-    ``i + cols - q + 1`` elements take part, the rest are written as 0. A row
-    with no element taking part is NaN, as `torch.softmax` of all `-inf`, and
-    so is a whole row whose softmax is NaN (a NaN or `inf` taking part).
-    Exponentials are computed in float32 (float64 for float64), their sum in
-    float64, and each result rounded once."""
-    compute = _compute_type(dtype)
-    load = loader(dtype)
-    # The quotient is float64; it is rounded once to the output, except for
-    # float16, whose direct float64 conversion needs a compiler-runtime
-    # routine (`__truncdfhf2`) that Numba cannot link, so it goes through
-    # float32 (as torch's own float64 -> float16 conversion does).
-    store = storer(dtype, "float32" if dtype == "float16" else "float64")
-    storage = STORAGE[dtype]
+def _stable_name(function) -> str:
+    function = getattr(function, "py_func", function)
+    return f"{function.__module__}.{function.__qualname__}"
 
-    def run(
-        out_address,
-        x_address,
-        out_span,
-        x_span,
-        rows,
-        cols,
-        q,
-        shape,
-        strides,
-        out_step,
-        x_step,
-        chunks,
-    ):
-        o = element_array(out_address, out_span, storage)
-        x = element_array(x_address, x_span, storage)
-        for chunk in prange(chunks):
-            first = chunk * rows // chunks
-            last = (chunk + 1) * rows // chunks
-            # Inputs are staged here so that an in-place softmax reads its row
-            # before writing it.
-            buffer = np.empty(cols, compute)
-            for row in range(first, last):
-                out_base = row_offset(row, shape, strides, 0)
-                x_base = row_offset(row, shape, strides, 1)
-                valid = row % q + cols - q + 1
-                if valid <= 0:
-                    for j in range(cols):
-                        store(o, out_base + j * out_step, np.nan)
-                    continue
-                maximum = compute(-np.inf)
-                for j in range(valid):
-                    value = compute(load(x, x_base + j * x_step))
-                    buffer[j] = value
-                    if value > maximum:
-                        maximum = value
-                total = 0.0
-                for j in range(valid):
-                    exponential = np.exp(buffer[j] - maximum)
-                    buffer[j] = exponential
-                    total += exponential
-                for j in range(valid):
-                    store(o, out_base + j * out_step, buffer[j] / total)
-                # Masked elements are `exp(-inf - max) / total`: 0, or NaN when
-                # the row is NaN (a NaN or infinite input), as in torch.
-                masked = 0.0 if total == total else np.nan
-                for j in range(valid, cols):
-                    store(o, out_base + j * out_step, masked)
 
-    return kernel(run), kernel(run, parallel=True)
+class RowOperand:
+    """A tensor taking part in a row kernel: its metadata, its strides over
+    the kernel's shape (0 where it broadcasts) and whether it is written."""
+
+    def __init__(self, meta, strides, written: bool = False) -> None:
+        self.meta = meta
+        self.strides = tuple(strides)
+        self.written = written
+
+
+class RowLaunch:
+    """A planned row kernel over operands of one shape ``(..., cols)``.
+
+    Written operands that overlap another operand in any way but exactly
+    (same address, strides and dtype) are computed into a staging buffer
+    and copied back, so inputs are always read before they are
+    overwritten; `in_place` lists written operands that are also read
+    (their own memory is not a conflict).
+    """
+
+    def __init__(
+        self, body, shape, operands, params, narrow=identity, compute=None
+    ) -> None:
+        self.layout = layout = RowLayout(shape, [o.strides for o in operands])
+        dtypes = tuple(o.meta.dtype for o in operands)
+        compute = compute or compute_dtype(*dtypes)
+        fixed = tuple(step if step in (0, 1) else -1 for step in layout.col_steps)
+        serial, parallel = row_kernels(body, dtypes, compute, fixed, narrow)
+        if layout.chunks > 1:
+            self.kernel, self.extent = parallel, (layout.rows, layout.chunks)
+        else:
+            self.kernel, self.extent = serial, (0, layout.rows)
+        padding = OPERANDS - len(operands)
+        self.steps = tuple(layout.col_steps) + (0,) * padding
+        self.strides = np.vstack(
+            [layout.strides, np.zeros((padding, layout.strides.shape[1]), np.int64)]
+        )
+        self.padding = (0,) * padding
+        self.params = tuple(params)
+        self.guards = []
+        for index, operand in enumerate(operands):
+            if not operand.written:
+                continue
+            others = [i for i in range(len(operands)) if i != index]
+            # A broadcast operand (such as a weight) is read for every row,
+            # so any overlap with it is a conflict: its strides never match.
+            metas = [
+                (operands[i].meta, operands[i].strides if 0 not in
+                 operands[i].strides[:-1] else ())
+                for i in others
+            ]  # fmt: skip
+            guard = AliasGuard(operand.meta, operand.strides, metas)
+            self.guards.append((index, others, guard))
+
+    def __call__(self, *tensors) -> None:
+        layout = self.layout
+        if layout.numel == 0:
+            return
+        addresses = [tensor.data_ptr() for tensor in tensors]
+        staged = []
+        for index, others, guard in self.guards:
+            if guard.needs_staging(addresses[index], [addresses[i] for i in others]):
+                buffer = staging_like(tensors[index])
+                staged.append((tensors[index], buffer))
+                addresses[index] = buffer.data_ptr()
+        self.kernel(
+            tuple(addresses) + self.padding,
+            self.steps,
+            *self.extent,
+            layout.cols,
+            layout.shape,
+            self.strides,
+            self.params,
+        )
+        for out, buffer in staged:
+            out.copy_(buffer)
+
+
+def trailing_strides(meta, ndim: int) -> tuple:
+    """The strides of a 1-D `meta` (a weight over the last dimension)
+    broadcast to `ndim` dimensions."""
+    return (0,) * (ndim - 1) + (meta.strides[0],)
+
+
+# Row bodies. An operand is ``(view, step, load, store)`` (`row_kernels`).
+
+
+@helper
+def _read_squares(source, scratch, cols):
+    """Reads a row into `scratch`; returns the sum of its squares."""
+    view, step, load = source[0], source[1], source[2]
+    total = scratch.dtype.type(0)
+    for j in range(cols):
+        value = scratch.dtype.type(load(view, j * step))
+        scratch[j] = value
+        total += value * value
+    return total
+
+
+@helper
+def _add_squares(a, b, sum_out, narrow, scratch, cols):
+    """Writes ``a + b`` to `sum_out` and, passed through `narrow`, to
+    `scratch`; returns the sum of the squares of what `scratch` holds."""
+    compute = scratch.dtype.type
+    a_view, a_step, load_a = a[0], a[1], a[2]
+    b_view, b_step, load_b = b[0], b[1], b[2]
+    sum_view, sum_step, store_sum = sum_out[0], sum_out[1], sum_out[3]
+    total = compute(0)
+    for j in range(cols):
+        value = compute(load_a(a_view, j * a_step)) + compute(
+            load_b(b_view, j * b_step)
+        )
+        store_sum(sum_view, j * sum_step, value)
+        value = compute(narrow(value))
+        scratch[j] = value
+        total += value * value
+    return total
+
+
+@helper
+def _write_normalized(out, weight, scratch, cols, total, eps):
+    """``out = scratch / sqrt(total / cols + eps) * weight``."""
+    compute = scratch.dtype.type
+    out_view, out_step, store_out = out[0], out[1], out[3]
+    weight_view, weight_step, load_weight = weight[0], weight[1], weight[2]
+    scale = compute(1) / np.sqrt(total / compute(cols) + compute(eps))
+    for j in range(cols):
+        weight_value = compute(load_weight(weight_view, j * weight_step))
+        store_out(out_view, j * out_step, scratch[j] * scale * weight_value)
+
+
+@helper
+def rms_norm_row(operands, cols, row, params, scratch, narrow):
+    """Operands (out, input, weight); params (eps,)."""
+    total = _read_squares(operands[1], scratch, cols)
+    _write_normalized(operands[0], operands[2], scratch, cols, total, params[0])
+
+
+@helper
+def add_rms_norm_row(operands, cols, row, params, scratch, narrow):
+    """Operands (out, residual_out, input, residual, weight); params (eps,);
+    `narrow` rounds the sum before it is normalised."""
+    total = _add_squares(operands[2], operands[3], operands[1], narrow, scratch, cols)
+    _write_normalized(operands[0], operands[4], scratch, cols, total, params[0])
+
+
+@helper
+def fused_add_rms_norm_row(operands, cols, row, params, scratch, narrow):
+    """Operands (input, residual, weight), the first two updated in place:
+    ``residual += input``, then ``input = rms_norm(residual) * weight``;
+    params (eps,). One view serves both the reads and the writes of each
+    updated operand, so the compiler sees that they coincide and still
+    vectorises."""
+    total = _add_squares(operands[0], operands[1], operands[1], narrow, scratch, cols)
+    _write_normalized(operands[0], operands[2], scratch, cols, total, params[0])
+
+
+@helper
+def softmax_row(operands, cols, row, params, scratch, narrow):
+    """Operands (out, input); params (scale, q).
+
+    ``out = softmax(narrow(input) * scale)`` over the row. With ``q > 0`` a
+    bottom-right aligned causal mask applies: in row `row` (of `q` rows per
+    matrix) the first ``row % q + cols - q + 1`` elements take part, the
+    rest are written as 0. A row with no element taking part is NaN, as
+    `torch.softmax` of all `-inf`, and so is a whole row whose softmax is NaN
+    (a NaN or `inf` taking part). Exponentials are summed in float64.
+    """
+    out, out_step, store = operands[0][0], operands[0][1], operands[0][3]
+    x, x_step, load = operands[1][0], operands[1][1], operands[1][2]
+    compute = scratch.dtype.type
+    scale = compute(params[0])
+    q = params[1]
+    valid = cols if q <= 0 else row % q + cols - q + 1
+    if valid <= 0:
+        for j in range(cols):
+            store(out, j * out_step, np.nan)
+        return
+    maximum = order_key(compute(-np.inf))
+    for j in range(valid):
+        value = compute(narrow(load(x, j * x_step))) * scale
+        scratch[j] = value
+        key = order_key(value)
+        maximum = key if key > maximum else maximum
+    maximum = key_value(maximum)
+    total = 0.0
+    for j in range(valid):
+        exponential = exp_nonpositive(scratch[j] - maximum)
+        scratch[j] = exponential
+        total += exponential
+    inverse = compute(1.0 / total)
+    for j in range(valid):
+        store(out, j * out_step, scratch[j] * inverse)
+    # Masked elements are `exp(-inf - max) / total`: 0, or NaN when the row
+    # is NaN (a NaN or infinite input), as in torch.
+    masked = compute(0.0 if total == total else np.nan)
+    for j in range(valid, cols):
+        store(out, j * out_step, masked)
+
+
+def softmax_launch(input, out, dim: int, scale: float, causal: bool) -> RowLaunch:
+    """`softmax_row` over dimension `dim` of `input` into `out` (metadata),
+    with inputs multiplied by `scale` and, when `causal`, the causal mask
+    over the last two dimensions (`dim` then is the last one).
+
+    Computed in float32, float64 when `out` is float64; an input of
+    another dtype than `out` is converted first (16-bit outputs round it,
+    as ``input.to(dtype)`` would)."""
+    ndim = input.ndim
+    if ndim == 0:
+        shape, in_strides, out_strides = (1,), (1,), (1,)
+    else:
+        order = [d for d in range(ndim) if d != dim] + [dim]
+        shape = tuple(input.shape[d] for d in order)
+        in_strides = tuple(input.strides[d] for d in order)
+        out_strides = tuple(out.strides[d] for d in order)
+    operands = [
+        RowOperand(out, out_strides, written=True),
+        RowOperand(input, in_strides),
+    ]
+    narrow = rounding(out.dtype) if input.dtype != out.dtype else identity
+    compute = "float64" if out.dtype == "float64" else "float32"
+    params = (float(scale), input.shape[-2] if causal else 0)
+    return RowLaunch(softmax_row, shape, operands, params, narrow, compute)
+
+
+# Shapes that reach the serial and the parallel kernel with contiguous rows.
+PRECOMPILED_SHAPES = ((4, 64), (64, 4096))
+
+
+def precompile_calls(call) -> int:
+    """Runs ``call(torch_dtype, shape)`` (one operator call on zero-filled
+    contiguous tensors) for each precompiled dtype and shape, which compiles
+    and caches the kernels that LLM-size calls reach; returns the number of
+    calls."""
+    import torch
+
+    from .precompile import PRECOMPILED_DTYPES
+
+    calls = 0
+    for name in PRECOMPILED_DTYPES:
+        for shape in PRECOMPILED_SHAPES:
+            call(getattr(torch, name), shape)
+            calls += 1
+    return calls

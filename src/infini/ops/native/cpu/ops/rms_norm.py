@@ -1,12 +1,16 @@
-"""CPU `rms_norm` (slot 0): one Numba kernel over rows."""
+"""CPU `rms_norm` (slot 0): the shared row kernel (`rms_norm_row`)."""
 
 from __future__ import annotations
 
 from infini.ops.base.rms_norm import RmsNorm
 from infini.ops.core.registry import implementation
-from infini.ops.native.cpu.elementwise import AliasGuard, staging_like
-from infini.ops.native.cpu.memory import span
-from infini.ops.native.cpu.rows import RowLayout, rms_norm_kernels
+from infini.ops.native.cpu.rows import (
+    RowLaunch,
+    RowOperand,
+    precompile_calls,
+    rms_norm_row,
+    trailing_strides,
+)
 
 
 @implementation(operator="rms_norm", devices=("cpu",), slot=0)
@@ -14,45 +18,26 @@ class CpuRmsNorm(RmsNorm):
     def __init__(self, args) -> None:
         super().__init__(args)
         input, weight, out = args.input, args.weight, args.out
-        self.layout = layout = RowLayout(input.shape, [out.strides, input.strides])
-        serial, parallel = rms_norm_kernels(input.dtype, weight.dtype, out.dtype)
-        self.kernel = parallel if layout.chunks > 1 else serial
-        self.weight_span = span(weight.shape, weight.strides)
-        self.weight_step = weight.strides[0]
-        # `weight` never lies element for element under `out` (its strides
-        # differ), so any overlap with it is staged.
-        self.alias = AliasGuard(
-            out, out.strides, [(input, input.strides), (weight, ())]
-        )
+        operands = [
+            RowOperand(out, out.strides, written=True),
+            RowOperand(input, input.strides),
+            RowOperand(weight, trailing_strides(weight, input.ndim)),
+        ]
+        self.launch_rows = RowLaunch(rms_norm_row, input.shape, operands, (self.eps,))
 
     def launch(self, stream, input, weight, out) -> None:
-        layout = self.layout
-        if layout.numel == 0:
-            return
-        out_address = out.data_ptr()
-        input_address = input.data_ptr()
-        weight_address = weight.data_ptr()
-        target = out
-        if self.alias.needs_staging(out_address, (input_address, weight_address)):
-            target = staging_like(out)
-            out_address = target.data_ptr()
-        out_step, input_step = layout.col_steps
-        self.kernel(
-            out_address,
-            input_address,
-            weight_address,
-            layout.spans[0],
-            layout.spans[1],
-            self.weight_span,
-            layout.rows,
-            layout.cols,
-            layout.shape,
-            layout.strides,
-            out_step,
-            input_step,
-            self.weight_step,
-            self.eps,
-            layout.chunks,
-        )
-        if target is not out:
-            out.copy_(target)
+        self.launch_rows(out, input, weight)
+
+    @classmethod
+    def precompile(cls) -> int:
+        import torch
+
+        import infini.ops
+
+        def call(dtype, shape):
+            input = torch.zeros(shape, dtype=dtype)
+            weight = torch.ones(shape[-1], dtype=dtype)
+            out = torch.empty_like(input)
+            infini.ops.rms_norm(input, weight, 1e-6, out, implementation_index=0)
+
+        return precompile_calls(call)
