@@ -1,0 +1,56 @@
+"""`top_k_top_p_sampling_from_logits`: FlashInfer-style top-k / top-p
+sampling."""
+
+from __future__ import annotations
+
+from infini.ops.base._sampling import TopKTopPSampling
+
+FILTER_APPLY_ORDERS = ("top_k_first", "joint")
+
+
+class TopKTopPSamplingFromLogits(TopKTopPSampling):
+    """FlashInfer `top_k_top_p_sampling_from_logits`: one token per output
+    row into `out` (int32 or int64).
+
+    - `logits` ``(batch, vocab)``: float32, float16 or bfloat16, any strides.
+      With `indices` (1-D int32/int64), output row ``r`` samples logits row
+      ``indices[r]`` and `out` has ``len(indices)`` rows; otherwise `out` is
+      ``(batch,)``.
+    - `top_k` (int32/int64) and `top_p` (float32/float64) are per output row
+      CPU tensors, ``(rows,)`` or ``(1,)`` for every row; ``top_k <= 0`` or
+      ``>= vocab`` and ``top_p >= 1`` disable the filters.
+    - `filter_apply_order` "top_k_first": top-k, then top-p on the
+      renormalised top-k distribution (kept while the mass before a token is
+      below `top_p`, at least one token); "joint": both filters on the
+      original distribution. A token is drawn from the kept ones in
+      proportion to ``softmax(logits)``.
+    - `seed` / `offset`: row ``r`` uses the counter-based uniform number
+      ``uniform(seed, offset or 0, r)``; equal values give equal results.
+      Without `seed` a seed is drawn from torch's default CPU generator.
+    - `deterministic` is accepted; results are always deterministic.
+    - `check_nan`: a NaN in `logits` raises `ValueError` before anything is
+      written. Indices outside the batch also raise before writing.
+    """
+
+    name = "top_k_top_p_sampling_from_logits"
+    trace_name = "TopKTopPSamplingFromLogits"
+    overloads = (
+        "logits: Tensor, top_k: Tensor, top_p: Tensor, indices: Tensor|None, "
+        "filter_apply_order: str, deterministic: bool, check_nan: bool, "
+        "seed: int|None, offset: int|None, out: Tensor!",
+    )
+    defaults = {"indices": None, "seed": None, "offset": None}
+    k_name = "top_k"
+    p_name = "top_p"
+    host_tensors = ("top_k", "top_p")
+    optional_filters = False
+
+    def __init__(self, args) -> None:
+        super().__init__(args)
+        if args.filter_apply_order not in FILTER_APPLY_ORDERS:
+            raise self.error(
+                "`filter_apply_order` must be 'top_k_first' or 'joint', got "
+                f"{args.filter_apply_order!r}."
+            )
+        self.joint = args.filter_apply_order == "joint"
+        self.check_nan = bool(args.check_nan)

@@ -1,0 +1,36 @@
+"""CPU `top_k_top_p_sampling_from_logits` (slot 0): one Numba kernel over
+rows."""
+
+from __future__ import annotations
+
+import torch
+
+from infini.ops.base.top_k_top_p_sampling_from_logits import (
+    TopKTopPSamplingFromLogits,
+)
+from infini.ops.core.registry import implementation
+from infini.ops.native.cpu.sampling import TopKTopPLaunch, draw_seed, seed_bits
+
+
+@implementation(operator="top_k_top_p_sampling_from_logits", devices=("cpu",), slot=0)
+class CpuTopKTopPSamplingFromLogits(TopKTopPLaunch, TopKTopPSamplingFromLogits):
+    def __init__(self, args) -> None:
+        super().__init__(args)
+        self.plan(args.logits, args.top_k, args.top_p, args.indices, args.out)
+        self.seed = None if args.seed is None else seed_bits(args.seed)
+        self.offset = seed_bits(args.offset or 0)
+
+    def launch(self, stream, logits, top_k, top_p, indices, out) -> None:
+        if self.empty:
+            return
+        if self.check_nan and bool(torch.isnan(logits).any()):
+            raise self.error("`logits` contains NaN (`check_nan` is set).")
+        if indices is not None:
+            low, high = int(indices.min()), int(indices.max())
+            if low < 0 or high >= self.logit_rows:
+                raise self.error(
+                    f"`indices` must be in [0, {self.logit_rows}) (rows of "
+                    f"`logits`), got values in [{low}, {high}]."
+                )
+        seed = draw_seed() if self.seed is None else self.seed
+        self.sample(logits, top_k, top_p, indices, out, seed, self.offset, self.joint)
