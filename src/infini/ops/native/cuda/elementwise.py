@@ -236,3 +236,19 @@ def store_as(pointer, value, mask):
         tl.store(pointer, to_bfloat16(value.to(tl.float32)), mask=mask)
     else:
         tl.store(pointer, value.to(pointer.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def bits_pointer(pointer):
+    """`pointer` reinterpreted as a pointer to the signed integer type of its
+    element's width (`bool` as int8): loads and stores through it move bits
+    unchanged (NaN payloads included)."""
+    width: tl.constexpr = pointer.dtype.element_ty.primitive_bitwidth
+    if width == 1 or width == 8:
+        return pointer.to(tl.pointer_type(tl.int8), bitcast=True)
+    elif width == 16:
+        return pointer.to(tl.pointer_type(tl.int16), bitcast=True)
+    elif width == 32:
+        return pointer.to(tl.pointer_type(tl.int32), bitcast=True)
+    else:
+        return pointer.to(tl.pointer_type(tl.int64), bitcast=True)

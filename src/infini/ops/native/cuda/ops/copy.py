@@ -1,0 +1,78 @@
+"""CUDA-like `copy` (slot 0): ``out.copy_(src)`` in Triton, `src` broadcast
+to `out`.
+
+The same dtype is a bit copy (NaN payloads kept); another dtype goes through
+`cast`'s kernel and conversions.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from infini.ops.base.copy import Copy
+from infini.ops.core.dtypes import FLOAT_DTYPES
+from infini.ops.core.registry import implementation
+from infini.ops.native.cuda.elementwise import (
+    ElementwiseLaunch,
+    bits_pointer,
+    block_indices,
+    strided_offsets2,
+)
+from infini.ops.native.cuda.ops.cast import _FLOAT_TO_INTEGER_ROUTE
+from infini.ops.native.cuda.ops.cast import KERNEL as CAST_KERNEL
+from infini.ops.native.cuda.runtime import Kernel, require_device
+
+
+@triton.jit
+def copy_kernel(
+    out,
+    src,
+    geometry,
+    numel,
+    NDIM: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    index = block_indices(BLOCK)
+    mask = index < numel
+    if NDIM == 0:
+        out_offset = index
+        src_offset = index
+    else:
+        out_offset, src_offset = strided_offsets2(index, geometry, NDIM)
+    value = tl.load(bits_pointer(src) + src_offset, mask=mask)
+    tl.store(bits_pointer(out) + out_offset, value, mask=mask)
+
+
+KERNEL = Kernel(copy_kernel)
+
+
+def cast_constexprs(source: str, destination: str) -> dict:
+    """The constexprs of `cast`'s kernel for a conversion (as `cast` plans)."""
+    route = 0
+    if source in FLOAT_DTYPES:
+        route = _FLOAT_TO_INTEGER_ROUTE.get(destination, 0)
+    through_float32 = destination in ("float16", "bfloat16") and source != destination
+    return {"ROUTE": route, "THROUGH_FLOAT32": through_float32}
+
+
+@implementation(
+    operator="copy",
+    devices=("nvidia", "iluvatar", "metax", "moore", "hygon", "thead"),
+    slot=0,
+)
+class CudaCopy(Copy):
+    def __init__(self, args) -> None:
+        super().__init__(args)
+        require_device(self.name, self.device)
+        src, out = args.src, args.out
+        if src.dtype == out.dtype:
+            kernel, constexprs = KERNEL, {}
+        else:
+            kernel, constexprs = CAST_KERNEL, cast_constexprs(src.dtype, out.dtype)
+        self._launch = ElementwiseLaunch(
+            kernel, self.device, out, (src,), constexprs=constexprs
+        )
+
+    def launch(self, stream, src, out) -> None:
+        self._launch(stream, out, src)

@@ -1,0 +1,89 @@
+"""CUDA-like `fill` (slot 0) in Triton: every element of `out` gets the bits
+of one element of `out`'s dtype, read from a device scalar.
+
+A float `value` is converted when the operator is built (by the base, as
+``Tensor.fill_`` converts) and kept on the device. A tensor `value` is read
+on every call: `cast`'s kernel converts it into that scalar first, on the
+caller's stream, so a `value` inside `out` is read before `out` is written.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from infini.ops.base.fill import Fill
+from infini.ops.core.registry import implementation
+from infini.ops.core.tensor import TensorMeta
+from infini.ops.native.cuda.elementwise import (
+    ElementwiseLaunch,
+    bits_pointer,
+    block_indices,
+    strided_offsets2,
+)
+from infini.ops.native.cuda.ops.cast import KERNEL as CAST_KERNEL
+from infini.ops.native.cuda.ops.copy import cast_constexprs
+from infini.ops.native.cuda.runtime import Kernel, require_device, torch_device
+
+
+@triton.jit
+def fill_kernel(
+    out,
+    value,
+    geometry,
+    numel,
+    NDIM: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    index = block_indices(BLOCK)
+    mask = index < numel
+    if NDIM == 0:
+        out_offset = index
+    else:
+        out_offset, unused = strided_offsets2(index, geometry, NDIM)
+    bits = tl.load(bits_pointer(value))
+    tl.store(
+        bits_pointer(out) + out_offset, tl.full([BLOCK], bits, bits.dtype), mask=mask
+    )
+
+
+KERNEL = Kernel(fill_kernel)
+
+
+@implementation(
+    operator="fill",
+    devices=("nvidia", "iluvatar", "metax", "moore", "hygon", "thead"),
+    slot=0,
+)
+class CudaFill(Fill):
+    def __init__(self, args) -> None:
+        super().__init__(args)
+        require_device(self.name, self.device)
+        import torch
+
+        out = args.out
+        device = torch_device(self.device)
+        # The scalar as a 0-d "input" of the fill plan: stride 0 everywhere.
+        scalar = TensorMeta((), (), out.dtype, out.device, out.torch_dtype)
+        self.fill = ElementwiseLaunch(KERNEL, self.device, out, (scalar,))
+        if self.converted is not None:
+            self.scalar = self.converted.to(device)
+            self.convert = None
+        else:
+            self.scalar = torch.empty(
+                (), dtype=getattr(torch, out.dtype), device=device
+            )
+            self.convert = ElementwiseLaunch(
+                CAST_KERNEL,
+                self.device,
+                scalar,
+                (args.value,),
+                constexprs=cast_constexprs(args.value.dtype, out.dtype),
+            )
+
+    def launch(self, stream, input, value, out) -> None:
+        if self.fill.numel == 0:
+            return
+        if self.convert is not None:
+            self.convert(stream, self.scalar, value)
+        self.fill(stream, out, self.scalar)
