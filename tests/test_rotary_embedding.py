@@ -270,13 +270,11 @@ def test_rotary_embedding_partial_rotation_leaves_the_rest(
     assert not torch.equal(query[..., 24:40], original[..., 24:40])
 
 
-@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16))
-def test_rotary_embedding_prefill_runs_in_parallel(dtype, device, implementation_index):
-    rtol = 1e-5 if dtype == torch.float32 else 1e-2
-    args = _inputs((512,), 32, 8, 128, 128, False, dtype, device)
+def test_rotary_embedding_prefill_runs_in_parallel(device, implementation_index):
+    args = _inputs((512,), 32, 8, 128, 128, False, torch.float32, device)
     expected = _torch_rotary_embedding(*args, 128, True, 0, False, None)
     output = _rotary_embedding(*args, 128, True, 0, False, implementation_index)
-    torch.testing.assert_close(output, expected, rtol=rtol, atol=rtol)
+    torch.testing.assert_close(output, expected, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("bad", (-1, 64))

@@ -59,3 +59,32 @@ class CpuReshapeAndCacheFlash(ReshapeAndCacheFlash):
         )
         if bad >= 0:
             raise slot_error(self, bad, int(slot_mapping[bad]), self.slots)
+
+    @classmethod
+    def precompile(cls) -> int:
+        """Compiles the "auto" (copy) kernels, which depend only on the
+        element size, for int64 slots at decode and prefill sizes."""
+        import torch
+
+        import infini.ops
+
+        calls = 0
+        for dtype in (torch.float32, torch.bfloat16):
+            scale = torch.ones(1)
+            for tokens in (1, 512):
+                key = torch.zeros(tokens, 8, 128, dtype=dtype)
+                cache = torch.zeros(32, 16, 8, 128, dtype=dtype)
+                slots = torch.arange(tokens, dtype=torch.int64)
+                infini.ops.reshape_and_cache_flash(
+                    key,
+                    key,
+                    slots,
+                    scale,
+                    scale,
+                    "auto",
+                    cache,
+                    cache,
+                    implementation_index=0,
+                )
+                calls += 1
+        return calls

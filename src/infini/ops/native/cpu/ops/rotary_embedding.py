@@ -5,6 +5,7 @@ from __future__ import annotations
 from infini.ops.base._indexing import index_error, unravel
 from infini.ops.base.rotary_embedding import RotaryEmbedding
 from infini.ops.core.registry import implementation
+from infini.ops.native.cpu.precompile import PRECOMPILED_DTYPES
 from infini.ops.native.cpu.rotary import RotaryLaunch
 
 
@@ -66,3 +67,25 @@ class CpuRotaryEmbedding(RotaryEmbedding):
                     self.max_position,
                     "the rows of `cos_sin_cache`",
                 )
+
+    @classmethod
+    def precompile(cls) -> int:
+        """Compiles the common variant (NeoX, int64 positions, a cache of the
+        query's dtype, contiguous heads) for decode and prefill sizes."""
+        import torch
+
+        import infini.ops
+
+        calls = 0
+        for name in PRECOMPILED_DTYPES:
+            dtype = getattr(torch, name)
+            cache = torch.zeros(8, 128, dtype=dtype)
+            for tokens in (1, 512):
+                positions = torch.zeros(tokens, dtype=torch.int64)
+                query = torch.zeros(tokens, 32 * 128, dtype=dtype)
+                key = torch.zeros(tokens, 8 * 128, dtype=dtype)
+                infini.ops.rotary_embedding(
+                    positions, query, key, cache, 128, True, implementation_index=0
+                )
+                calls += 1
+        return calls
