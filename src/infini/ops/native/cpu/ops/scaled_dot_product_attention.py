@@ -1,9 +1,13 @@
 """CPU `scaled_dot_product_attention` (slot 0).
 
 Short queries run the online-softmax Numba kernel (one task per batch entry
-and block of query rows); long ones (prefill) run the two products through
-NumPy's BLAS in blocks of query rows, with a Numba kernel for the softmax in
-between (`native/cpu/attention.py`). Dropout multipliers come from torch's
+and block of query rows); long ones (prefill) run the two products as
+float32 GEMMs in blocks of query rows, with a Numba kernel for the softmax
+in between (`native/cpu/attention.py`). The GEMMs go through torch's BLAS
+(MKL) rather than NumPy's OpenBLAS: OpenBLAS's spinning worker threads
+collapse when the host is oversubscribed (measured 3-10x slower than MKL
+for these shapes on a loaded 2-core host), and torch is a dependency
+anyway. Dropout multipliers come from torch's
 generator, drawn exactly as torch's math path draws them (see the base).
 """
 
@@ -19,7 +23,6 @@ from infini.ops.native.cpu.attention import (
     sdpa_online_kernel,
     staging_buffer,
 )
-from infini.ops.native.cpu.blas import HostView, store
 from infini.ops.native.cpu.memory import span
 
 # Query rows per task of the online kernel.
@@ -133,11 +136,6 @@ class CpuScaledDotProductAttention(ScaledDotProductAttention):
                     batch_offsets(attn_batch, attn_batch, noise_strides[:-2]),
                 ]
             )
-            self.q_view = HostView(q.shape, q.strides, q.dtype)
-            self.k_view = HostView(k.shape, k.strides, k.dtype)
-            self.v_view = HostView(v.shape, v.strides, v.dtype)
-            self.out_view = HostView(out.shape, out.strides, out.dtype)
-            self.q_shape, self.k_shape, self.v_shape = q.shape, k.shape, v.shape
             attn_rows = int(np.prod(attn_batch, dtype=np.int64))
             per_row = max(attn_rows * self.S, 1)
             self.block = max(16, min(self.L, BLAS_BLOCK_SCORES // per_row))
@@ -223,34 +221,38 @@ class CpuScaledDotProductAttention(ScaledDotProductAttention):
             out.copy_(target)
 
     def _run_blas(self, query, key, value, mask, noise, out) -> None:
-        f32 = np.dtype(np.float32)
-        q = self.q_view.load(query.data_ptr(), f32) * np.float32(self.scale)
-        k = self.k_view.load(key.data_ptr(), f32)
-        v = self.v_view.load(value.data_ptr(), f32)
-        if k.strides[-1] != 4:
-            k = np.ascontiguousarray(k)
-        if v.strides[-1] != 4:
-            v = np.ascontiguousarray(v)
+        import torch
+
+        q = (query.to(torch.float32) * self.scale).contiguous()
+        k = key.to(torch.float32)
+        v = value.to(torch.float32)
         ratio = self.key_ratio
         if ratio > 1:
-            # GQA as broadcasting: query heads (kv heads, ratio), key/value
-            # heads (kv heads, 1).
-            heads = self.q_shape[-3]
-            q = q.reshape(self.q_shape[:-3] + (heads // ratio, ratio) + q.shape[-2:])
-            k = k[..., None, :, :]
-            v = v[..., None, :, :]
-        keys_t = np.swapaxes(k, -1, -2)
-        lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-        result = np.empty(lead + (self.L, self.Ev), f32)
+            # GQA: the query heads of one kv head become rows of one matrix,
+            # (kv heads, ratio * rows), so each product is a plain batched
+            # GEMM and the scores keep the (heads, rows) order of the
+            # attention batch.
+            heads = q.shape[-3]
+            q = q.view(q.shape[:-3] + (heads // ratio, ratio) + q.shape[-2:])
+        keys_t = k.transpose(-1, -2)
+        split = (1,) if ratio > 1 else ()
+        lead = torch.broadcast_shapes(
+            q.shape[:-2], k.shape[:-2] + split, v.shape[:-2] + split
+        )
+        result = torch.empty(lead + (self.L, self.Ev), dtype=torch.float32)
         mask_address = mask.data_ptr() if mask is not None else 0
         noise_address = noise.data_ptr() if noise is not None else 0
         m_row, m_col = self.mask_steps
         for first in range(0, self.L, self.block):
             last = min(self.L, first + self.block)
+            rows = last - first
             end = min(self.S, last) if self.is_causal else self.S
-            scores = np.matmul(q[..., first:last, :], keys_t[..., :end])
+            block = q[..., first:last, :]
+            if ratio > 1:
+                block = block.reshape(q.shape[:-3] + (ratio * rows, self.E))
+            scores = torch.matmul(block, keys_t[..., :end])
             self.probabilities(
-                scores.reshape(-1, last - first, end),
+                scores.numpy().reshape(-1, rows, end),
                 mask_address,
                 noise_address,
                 self.mask_span,
@@ -264,5 +266,8 @@ class CpuScaledDotProductAttention(ScaledDotProductAttention):
                 self.masked,
                 self.dropout,
             )
-            np.matmul(scores, v[..., :end, :], out=result[..., first:last, :])
-        store(self.out_view, out.data_ptr(), result.reshape(tuple(out.shape)))
+            values = torch.matmul(scores, v[..., :end, :])
+            if ratio > 1:
+                values = values.view(values.shape[:-2] + (ratio, rows, self.Ev))
+            result[..., first:last, :] = values
+        out.copy_(result.view(out.shape))
