@@ -51,11 +51,13 @@ class Fill(Operator):
     def _convert(self, value: float, dtype: str):
         import torch
 
-        target = torch.empty((), dtype=getattr(torch, dtype))
+        # Two elements: torch fills one-element tensors without the range
+        # check.
+        target = torch.empty(2, dtype=getattr(torch, dtype))
         try:
             target.fill_(value)
         except RuntimeError:
             raise self.error(
                 f"`value` {value!r} cannot be converted to {dtype} without overflow."
             ) from None
-        return target
+        return target[0]

@@ -103,41 +103,49 @@ def _exp_overload(x):
 
 
 @helper
-def silu(x):
-    """``x * sigmoid(x)`` written as ``x / (1 + exp(-x))``, as torch's CPU
-    kernel does; for ``x < -88`` (float32) `exp` overflows to infinity and
-    the result is -0, the correctly rounded value. (`np.float32(1)` keeps
-    float32 arithmetic in float32; with float64 it widens to float64.)"""
-    return np.divide(x, exp(-x) + _ONE32)
+def sigmoid(x):
+    """``1 / (1 + exp(-x))``, computed as ``e / (1 + e)`` with
+    ``e = exp(x)`` for negative `x`: `exp` never overflows, so results
+    between the float32 overflow of ``exp(-x)`` (x < -88.7) and the
+    subnormal range keep full precision (torch's float32 kernel returns 0
+    there). The numerator is picked without a branch (``max`` of ``e <= 1``
+    and 0 or 1), so loops stay vectorisable; NaN stays NaN. (`np.float32`
+    constants keep float32 arithmetic in float32 and widen to float64 with
+    float64 arguments.)"""
+    e = exp(-abs(x))
+    return np.divide(max(e, np.float32(x >= 0)), e + _ONE32)
 
 
 @helper
-def sigmoid(x):
-    """``1 / (1 + exp(-x))``: 0 below the `exp` overflow, 1 above ~17."""
-    return np.divide(_ONE32, exp(-x) + _ONE32)
+def silu(x):
+    """``x * sigmoid(x)`` (see `sigmoid`): -0 only where the true result
+    underflows."""
+    return x * sigmoid(x)
 
 
 # GELU with the tanh approximation,
 # ``0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))``, rewritten with
-# ``0.5 (1 + tanh(y)) = 1 / (1 + exp(-2 y))``: no cancellation for negative
-# `x`, where ``1 + tanh(y)`` would lose every digit. One helper per compute
+# ``0.5 (1 + tanh(y)) = sigmoid(2 y)``: no cancellation for negative `x`,
+# where ``1 + tanh(y)`` would lose every digit. One helper per compute
 # type, so that the constants have that type's precision.
 _GELU_TANH_SCALE = 2.0 * math.sqrt(2.0 / math.pi)
 _GELU_TANH_CUBIC = 0.044715
-_GELU_TANH_SCALE32 = np.float32(_GELU_TANH_SCALE)
-_GELU_TANH_CUBIC32 = np.float32(_GELU_TANH_CUBIC)
 
 
 @helper
 def gelu_tanh_float32(x):
-    y = _GELU_TANH_SCALE32 * (x + _GELU_TANH_CUBIC32 * (x * x * x))
-    return np.divide(x, exp_float32(-y) + _ONE32)
+    # `y` in float64, rounded once: `sigmoid(y)` for negative `y` is about
+    # `exp(y)`, whose relative error is the absolute error of `y`, so a
+    # float32 evaluation (a few ulps of `|y|`, up to 88) would cost ~1e-5.
+    wide = np.float64(x)
+    y = np.float32(_GELU_TANH_SCALE * (wide + _GELU_TANH_CUBIC * (wide * wide * wide)))
+    return x * sigmoid(y)
 
 
 @helper
 def gelu_tanh_float64(x):
     y = _GELU_TANH_SCALE * (x + _GELU_TANH_CUBIC * (x * x * x))
-    return np.divide(x, np.exp(-y) + 1.0)
+    return x * sigmoid(y)
 
 
 _SQRT1_2 = math.sqrt(0.5)

@@ -1,0 +1,152 @@
+import math
+
+import pytest
+import torch
+
+import infini.ops
+from tests import unary_checks as checks
+
+OP = "gelu"
+
+
+def _reference_none(input):
+    # `x * Phi(x)` with `erfc`: `1 + erf(x / sqrt(2))` cancels to 0 in
+    # float64 too for x < -8.3, where the true result is tiny but not 0.
+    return 0.5 * input * torch.special.erfc(-input * math.sqrt(0.5))
+
+
+def _reference_tanh(input):
+    # `0.5 (1 + tanh(y)) = sigmoid(2 y)`, for the same reason.
+    y = math.sqrt(2.0 / math.pi) * (input + 0.044715 * input**3)
+    return input * torch.sigmoid(2.0 * y)
+
+
+REFERENCES = {"none": _reference_none, "tanh": _reference_tanh}
+# Exact GELU is computed in float64 and rounded once; the tanh form in
+# float32, where the rounding of its argument `y` is amplified by `|y|`
+# for negative inputs.
+FLOAT32_TOLERANCES = {"none": (1e-6, 1e-7), "tanh": (1e-5, 1e-7)}
+TANH_CASES = (
+    ((13, 4), None, None, (checks.F32, checks.F16), True),
+    ((13, 4), (1, 13), None, (checks.F32,), False),
+)
+
+
+def _params():
+    for approximate, cases in (("none", checks.LEAN_CASES), ("tanh", TANH_CASES)):
+        for param in checks.case_params(FLOAT32_TOLERANCES[approximate], cases):
+            yield pytest.param(
+                approximate, *param.values, marks=param.marks, id=param.id
+            )
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_references_are_torch_gelu(approximate):
+    input = torch.linspace(-8.0, 8.0, 1001, dtype=torch.float64)
+    expected = torch.nn.functional.gelu(input, approximate=approximate)
+    actual = REFERENCES[approximate](input)
+    assert torch.allclose(actual, expected, rtol=1e-9, atol=1e-15)
+
+
+@pytest.mark.auto_act_and_assert
+@pytest.mark.parametrize(
+    "approximate, shape, input_strides, out_strides, dtype, rtol, atol",
+    list(_params()),
+)
+def test_gelu(
+    approximate,
+    shape,
+    input_strides,
+    out_strides,
+    dtype,
+    rtol,
+    atol,
+    device,
+    implementation_index,
+):
+    return checks.payload(
+        OP,
+        REFERENCES[approximate],
+        (approximate,),
+        shape,
+        input_strides,
+        out_strides,
+        dtype,
+        rtol,
+        atol,
+        device,
+        implementation_index,
+        scale=4.0,
+    )
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_gelu_special_values(approximate, dtype, device, implementation_index):
+    rtol = 4e-7 if dtype == torch.float32 else 1e-14
+    if approximate == "tanh" and dtype == torch.float32:
+        rtol = 1e-5
+    checks.check_special_values(
+        OP,
+        REFERENCES[approximate],
+        (approximate,),
+        dtype,
+        device,
+        implementation_index,
+        rtol,
+    )
+
+
+@pytest.mark.parametrize(
+    "approximate, low, rtol", [("none", -14.0, 3e-7), ("tanh", -12.0, 1e-5)]
+)
+def test_gelu_float32_sweep_against_float64(
+    approximate, low, rtol, device, implementation_index
+):
+    checks.check_sweep(
+        OP,
+        REFERENCES[approximate],
+        (approximate,),
+        low,
+        12.0,
+        device,
+        implementation_index,
+        rtol,
+        1e-30,
+    )
+
+
+@pytest.mark.smoke
+def test_gelu_in_place(device, implementation_index):
+    checks.check_in_place(
+        OP, _reference_none, ("none",), device, implementation_index, 1e-6
+    )
+
+
+def test_gelu_partially_overlapping_output_reads_input_first(
+    device, implementation_index
+):
+    checks.check_partial_overlap(
+        OP, _reference_tanh, ("tanh",), device, implementation_index, 1e-5
+    )
+
+
+def test_gelu_rejects_bad_arguments(device):
+    checks.check_rejections(OP, ("none",), device)
+
+
+@pytest.mark.parametrize("approximate", ["", "erf", "Tanh", "None"])
+def test_gelu_rejects_unknown_approximation(approximate, device):
+    input = torch.randn(4, 5, device=device)
+    out = torch.full_like(input, 7.0)
+    with pytest.raises(ValueError, match="`gelu`: `approximate` must be"):
+        infini.ops.gelu(input, approximate, out)
+    assert bool((out == 7.0).all())
+
+
+def test_gelu_requires_approximate(device):
+    input = torch.randn(4, 5, device=device)
+    with pytest.raises(TypeError, match="`gelu`: incompatible function arguments"):
+        infini.ops.gelu(input, torch.empty_like(input))
+    with pytest.raises(TypeError, match="`gelu`: incompatible function arguments"):
+        infini.ops.gelu(input, None, torch.empty_like(input))
