@@ -1,5 +1,7 @@
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import infini.ops
 from tests.utils import Payload
@@ -351,3 +353,76 @@ def test_rotary_embedding_rejects_broadcast_query(device):
         ValueError, match="`rotary_embedding`: `query` is written but has a stride-0"
     ):
         infini.ops.rotary_embedding(positions, query, None, cache, 32, True)
+
+
+def _strided_randn(shape, step, padding, device):
+    """A float32 tensor of `shape` whose last dimension has stride `step` and
+    whose rows are `padding` elements apart beyond that."""
+    strides, running = [], 1
+    for size in reversed(shape):
+        strides.append(running * (step if not strides else 1))
+        running = (size * strides[-1]) + (padding if len(strides) == 1 else 0)
+    strides = tuple(reversed(strides))
+    storage = torch.randn(
+        1 + sum((n - 1) * t for n, t in zip(shape, strides)) if all(shape) else 0,
+        device=device,
+    )
+    return torch.as_strided(storage, shape, strides)
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    tokens=st.integers(0, 5),
+    two_d=st.booleans(),
+    heads=st.integers(1, 4),
+    kv_heads=st.one_of(st.none(), st.integers(1, 3)),
+    half=st.integers(1, 8),
+    extra=st.integers(0, 6),
+    data=st.data(),
+    is_neox=st.booleans(),
+    structured=st.booleans(),
+    step=st.sampled_from((1, 2)),
+    padding=st.integers(0, 3),
+    inverse=st.booleans(),
+)
+def test_rotary_embedding_random_layouts(
+    tokens,
+    two_d,
+    heads,
+    kv_heads,
+    half,
+    extra,
+    data,
+    is_neox,
+    structured,
+    step,
+    padding,
+    inverse,
+    device,
+    implementation_index,
+):
+    rot_dim = 2 * half
+    head_size = rot_dim + extra
+    offset = data.draw(st.integers(0, extra))
+    positions_shape = (2, tokens) if two_d else (tokens,)
+    positions = torch.randint(0, 10, positions_shape, device=device)
+    cos_sin_cache = torch.randn(10, rot_dim, device=device)
+
+    def make(count):
+        shape = (
+            (*positions_shape, count, head_size)
+            if structured
+            else (*positions_shape, count * head_size)
+        )
+        return _strided_randn(shape, step, padding, device)
+
+    query = make(heads)
+    key = None if kv_heads is None else make(kv_heads)
+    args = (positions, query, key, cos_sin_cache, head_size, is_neox, offset, inverse)
+    expected = _torch_rotary_embedding(*args, None)
+    output = _rotary_embedding(*args, implementation_index)
+    torch.testing.assert_close(output, expected, rtol=1e-5, atol=1e-5)
