@@ -336,11 +336,11 @@ def _plan(public, entry, values, tensor_sources, canonical_tensors):
 
     device = first.device if first is not None else None
     lines = ["def launch(stream, *t):"]
-    indent = "    "
-    if unsigned:
-        plan.constants["_unsupported"] = _unsupported(public, entry, unsigned, device)
-        lines.append("    try:")
-        indent = "        "
+    # ATen's checks run before it writes, so a rejected call leaves the
+    # outputs untouched; the error becomes a `ValueError` naming the operator.
+    plan.constants["_rejected"] = _rejected(public, entry, unsigned, device)
+    lines.append("    try:")
+    indent = "        "
     if device is not None and device.platform != "cpu":
         plan.constants["_on_stream"] = _stream_context
         plan.constants["_device_type"] = _torch_device_type(device.platform)
@@ -349,9 +349,8 @@ def _plan(public, entry, values, tensor_sources, canonical_tensors):
         lines += [f"{indent}        {line}" for line in body]
         lines.append(f"{indent}    return")
     lines += [f"{indent}{line}" for line in body]
-    if unsigned:
-        lines.append("    except (RuntimeError, NotImplementedError) as error:")
-        lines.append("        raise _unsupported(error) from error")
+    lines.append("    except (RuntimeError, IndexError, NotImplementedError) as error:")
+    lines.append("        raise _rejected(error) from error")
     namespace = dict(plan.constants)
     exec("\n".join(lines), namespace)  # noqa: S102 - generated from the schema
     launch = namespace["launch"]
@@ -418,13 +417,21 @@ def _torch_device_type(platform: str) -> str:
     return TORCH_DEVICE_TYPE_OF_PLATFORM[platform]
 
 
-def _unsupported(public, entry, dtypes, device):
+def _rejected(public, entry, unsigned, device):
+    """Turns an ATen error into a `ValueError` naming the operator."""
+    schema = f"aten::{entry['aten_name']}.{entry['overload_name'] or 'default'}"
+
     def make(error: BaseException) -> ValueError:
-        detail = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        text = str(error).strip()
+        detail = text.splitlines()[0] if text else type(error).__name__
+        if unsigned:
+            return ValueError(
+                f"`{public}`: the ATen implementation (slot {SLOT}, {schema}) does "
+                f"not support dtype {', '.join(unsigned)} on {device}: {detail}"
+            )
         return ValueError(
-            f"`{public}`: the ATen implementation (slot {SLOT}, "
-            f"aten::{entry['aten_name']}.{entry['overload_name']}) does not support "
-            f"dtype {', '.join(dtypes)} on {device}: {detail}"
+            f"`{public}`: the ATen implementation (slot {SLOT}, {schema}) rejected "
+            f"the arguments: {detail}"
         )
 
     return make
