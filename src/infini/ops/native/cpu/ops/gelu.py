@@ -7,6 +7,7 @@ from infini.ops.base.gelu import Gelu
 from infini.ops.core.registry import implementation
 from infini.ops.native.cpu.activations import (
     gelu_erf,
+    gelu_erf_narrow,
     gelu_tanh_float32,
     gelu_tanh_float64,
 )
@@ -24,9 +25,11 @@ def gelu_kernels(dtype: str, approximate: str):
     if approximate == "tanh":
         tanh = gelu_tanh_float64 if dtype == "float64" else gelu_tanh_float32
         return unary_kernels(tanh, dtype, dtype, dtype)
-    # `gelu_erf` works in float64 and returns float64: load every dtype as
-    # float64 and round the result once.
-    return unary_kernels(gelu_erf, dtype, dtype, "float64")
+    if dtype == "float64":
+        # libm's `erfc` in float64.
+        return unary_kernels(gelu_erf, dtype, dtype, dtype)
+    # Vectorisable float64 arithmetic, rounded once to `dtype`.
+    return unary_kernels(gelu_erf_narrow, dtype, dtype, "float64")
 
 
 @implementation(operator="gelu", devices=("cpu",), slot=0)
