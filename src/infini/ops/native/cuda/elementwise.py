@@ -252,3 +252,14 @@ def bits_pointer(pointer):
         return pointer.to(tl.pointer_type(tl.int32), bitcast=True)
     else:
         return pointer.to(tl.pointer_type(tl.int64), bitcast=True)
+
+
+@triton.jit
+def round_as(value, pointer):
+    """`value` rounded as storing it through `pointer` would round it, in
+    `value`'s type (bfloat16 to nearest even, as `store_as` does)."""
+    element = pointer.dtype.element_ty
+    if element == tl.bfloat16:
+        return from_bfloat16(to_bfloat16(value.to(tl.float32))).to(value.dtype)
+    else:
+        return value.to(element).to(value.dtype)

@@ -88,3 +88,29 @@ def row_offsets2(row, geometry, stride0, stride1, NDIM: tl.constexpr):
             first += coordinate * tl.load(geometry + NDIM + dim)
             second += coordinate * tl.load(geometry + 2 * NDIM + dim)
     return first, second
+
+
+@triton.jit
+def row_offsets4(row, geometry, stride0, stride1, stride2, stride3, NDIM: tl.constexpr):
+    """The first elements of row `row` in four operands."""
+    if NDIM == 0:
+        first = row * stride0
+        second = row * stride1
+        third = row * stride2
+        fourth = row * stride3
+    else:
+        first = row * 0
+        second = row * 0
+        third = row * 0
+        fourth = row * 0
+        remaining = row
+        for step in tl.static_range(NDIM):
+            dim = NDIM - 1 - step
+            size = tl.load(geometry + dim)
+            coordinate = remaining % size
+            remaining = remaining // size
+            first += coordinate * tl.load(geometry + NDIM + dim)
+            second += coordinate * tl.load(geometry + 2 * NDIM + dim)
+            third += coordinate * tl.load(geometry + 3 * NDIM + dim)
+            fourth += coordinate * tl.load(geometry + 4 * NDIM + dim)
+    return first, second, third, fourth
