@@ -263,3 +263,14 @@ def round_as(value, pointer):
         return from_bfloat16(to_bfloat16(value.to(tl.float32))).to(value.dtype)
     else:
         return value.to(element).to(value.dtype)
+
+
+@triton.jit
+def load_or_zero(pointer, mask, COMPUTE: tl.constexpr):
+    """`load_as` with masked-off elements read as 0 (for reductions)."""
+    value = tl.load(pointer, mask=mask, other=0)
+    if value.dtype == tl.bfloat16:
+        value = from_bfloat16(value)
+    if COMPUTE is not None:
+        value = value.to(COMPUTE)
+    return value

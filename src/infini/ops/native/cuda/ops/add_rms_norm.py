@@ -17,7 +17,7 @@ from infini.ops.base.add_rms_norm import AddRmsNorm
 from infini.ops.core.registry import implementation
 from infini.ops.native.cuda.elementwise import (
     OverlapGuard,
-    load_as,
+    load_or_zero,
     staging_like,
     store_as,
 )
@@ -69,12 +69,14 @@ def add_rms_norm_kernel(
     columns = tl.arange(0, BLOCK)[None, :]
     if SINGLE:
         mask = row_mask[:, None] & (columns < hidden)
-        x = load_as(input + input_base + columns * input_step, mask, COMPUTE)
-        r = load_as(residual + residual_base + columns * residual_step, mask, COMPUTE)
+        x = load_or_zero(input + input_base + columns * input_step, mask, COMPUTE)
+        r = load_or_zero(
+            residual + residual_base + columns * residual_step, mask, COMPUTE
+        )
         total = x + r
         mean_square = tl.sum(total * total, axis=1) / hidden
         scale = (1.0 / tl.sqrt(mean_square + EPS))[:, None]
-        w = load_as(weight + columns * weight_step, columns < hidden, COMPUTE)
+        w = load_or_zero(weight + columns * weight_step, columns < hidden, COMPUTE)
         store_as(
             residual_out + residual_out_base + columns * residual_out_step, total, mask
         )
@@ -84,8 +86,10 @@ def add_rms_norm_kernel(
         for start in range(0, hidden, BLOCK):
             index = start + columns
             mask = row_mask[:, None] & (index < hidden)
-            x = load_as(input + input_base + index * input_step, mask, COMPUTE)
-            r = load_as(residual + residual_base + index * residual_step, mask, COMPUTE)
+            x = load_or_zero(input + input_base + index * input_step, mask, COMPUTE)
+            r = load_or_zero(
+                residual + residual_base + index * residual_step, mask, COMPUTE
+            )
             total = x + r
             squares += total * total
             store_as(
@@ -97,9 +101,11 @@ def add_rms_norm_kernel(
         for start in range(0, hidden, BLOCK):
             index = start + columns
             mask = row_mask[:, None] & (index < hidden)
-            x = load_as(input + input_base + index * input_step, mask, COMPUTE)
-            r = load_as(residual + residual_base + index * residual_step, mask, COMPUTE)
-            w = load_as(weight + index * weight_step, index < hidden, COMPUTE)
+            x = load_or_zero(input + input_base + index * input_step, mask, COMPUTE)
+            r = load_or_zero(
+                residual + residual_base + index * residual_step, mask, COMPUTE
+            )
+            w = load_or_zero(weight + index * weight_step, index < hidden, COMPUTE)
             store_as(out + out_base + index * out_step, (x + r) * scale * w, mask)
 
 

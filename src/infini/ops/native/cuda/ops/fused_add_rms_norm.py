@@ -17,7 +17,7 @@ import triton.language as tl
 
 from infini.ops.base.fused_add_rms_norm import FusedAddRmsNorm
 from infini.ops.core.registry import implementation
-from infini.ops.native.cuda.elementwise import load_as, round_as, store_as
+from infini.ops.native.cuda.elementwise import load_or_zero, round_as, store_as
 from infini.ops.native.cuda.rows import RowPlan, row_blocks, row_offsets2
 from infini.ops.native.cuda.runtime import (
     Kernel,
@@ -59,14 +59,14 @@ def fused_add_rms_norm_kernel(
     if SINGLE:
         mask = row_mask[:, None] & (columns < hidden)
         residual_pointer = residual + residual_base + columns * residual_step
-        x = load_as(input + input_base + columns * input_step, mask, COMPUTE)
-        r = load_as(residual_pointer, mask, COMPUTE)
+        x = load_or_zero(input + input_base + columns * input_step, mask, COMPUTE)
+        r = load_or_zero(residual_pointer, mask, COMPUTE)
         total = round_as(x + r, residual)
         mean_square = tl.sum(total * total, axis=1) / hidden
         scale = (1.0 / tl.sqrt(mean_square + EPS))[:, None]
         result = total * scale
         if HAS_WEIGHT:
-            w = load_as(weight + columns * weight_step, columns < hidden, COMPUTE)
+            w = load_or_zero(weight + columns * weight_step, columns < hidden, COMPUTE)
             result = result * w
         store_as(residual_pointer, total, mask)
         store_as(input + input_base + columns * input_step, result, mask)
@@ -76,8 +76,8 @@ def fused_add_rms_norm_kernel(
             index = start + columns
             mask = row_mask[:, None] & (index < hidden)
             residual_pointer = residual + residual_base + index * residual_step
-            x = load_as(input + input_base + index * input_step, mask, COMPUTE)
-            r = load_as(residual_pointer, mask, COMPUTE)
+            x = load_or_zero(input + input_base + index * input_step, mask, COMPUTE)
+            r = load_or_zero(residual_pointer, mask, COMPUTE)
             total = round_as(x + r, residual)
             squares += total * total
             store_as(residual_pointer, total, mask)
@@ -87,10 +87,12 @@ def fused_add_rms_norm_kernel(
         for start in range(0, hidden, BLOCK):
             index = start + columns
             mask = row_mask[:, None] & (index < hidden)
-            r = load_as(residual + residual_base + index * residual_step, mask, COMPUTE)
+            r = load_or_zero(
+                residual + residual_base + index * residual_step, mask, COMPUTE
+            )
             result = r * scale
             if HAS_WEIGHT:
-                w = load_as(weight + index * weight_step, index < hidden, COMPUTE)
+                w = load_or_zero(weight + index * weight_step, index < hidden, COMPUTE)
                 result = result * w
             store_as(input + input_base + index * input_step, result, mask)
 

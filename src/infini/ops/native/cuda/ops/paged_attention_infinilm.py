@@ -25,7 +25,7 @@ from infini.ops.base.paged_attention_infinilm import PagedAttentionInfinilm
 from infini.ops.core.registry import implementation
 from infini.ops.native.cuda.elementwise import (
     OverlapGuard,
-    load_as,
+    load_or_zero,
     next_power_of_two,
     staging_like,
     store_as,
@@ -92,7 +92,7 @@ def paged_attention_kernel(
     feature = tl.arange(0, D_BLOCK)
     feature_mask = feature < head_size
     query_mask = head_mask[:, None] & feature_mask[None, :]
-    query = load_as(
+    query = load_or_zero(
         q + seq * q_stride0 + head[:, None] * q_stride1 + feature[None, :] * q_step,
         query_mask,
         tl.float32,
@@ -116,7 +116,7 @@ def paged_attention_kernel(
         ).to(tl.int64)
         offset = token % block_size
         mask = token_mask[:, None] & feature_mask[None, :]
-        keys = load_as(
+        keys = load_or_zero(
             k_head
             + (block * k_stride0 + offset * k_stride2)[:, None]
             + feature[None, :] * k_step,
@@ -133,7 +133,7 @@ def paged_attention_kernel(
         rescale = exp_float32(maximum - chunk_maximum)
         weights = exp_float32(scores - chunk_maximum[:, None])
         weights = tl.where(token_mask[None, :], weights, 0.0)
-        values = load_as(
+        values = load_or_zero(
             v_head
             + (block * v_stride0 + offset * v_stride2)[:, None]
             + feature[None, :] * v_step,
