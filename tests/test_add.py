@@ -18,6 +18,16 @@ SHAPES_AND_STRIDES = [
 ]
 
 
+# The Triton JIT implementation needs one shape, contiguous tensors and
+# `alpha` 1 (contract 5); it rejects anything else.
+TRITON_JIT_SLOT = 10
+
+
+def _skip_unsupported_by_triton_jit(implementation_index, *, reason):
+    if implementation_index == TRITON_JIT_SLOT:
+        pytest.skip(f"the Triton JIT add (slot 10) does not support {reason}")
+
+
 def _add(input, other, out, alpha, implementation_index):
     if alpha is None:
         infini.ops.add(input, other, out, implementation_index=implementation_index)
@@ -52,6 +62,12 @@ def test_add(
     rtol,
     atol,
 ):
+    if alpha is not None:
+        _skip_unsupported_by_triton_jit(implementation_index, reason="alpha != 1")
+    if any(strides is not None for strides in (input_strides, other_strides)) or (
+        out_strides is not None and out_strides != (45056, 5632, 1)
+    ):
+        _skip_unsupported_by_triton_jit(implementation_index, reason="strides")
     input = randn_strided(shape, input_strides, dtype=dtype, device=device)
     other = randn_strided(shape, other_strides, dtype=dtype, device=device)
     out = empty_strided(shape, out_strides, dtype=dtype, device=device)
@@ -87,6 +103,7 @@ INTEGER_DTYPES = [
 
 @pytest.mark.parametrize("dtype", INTEGER_DTYPES + [torch.float64])
 def test_add_other_dtypes_wrap_like_torch(dtype, device, implementation_index):
+    _skip_unsupported_by_triton_jit(implementation_index, reason="alpha != 1")
     low, high = (0, 200) if not dtype.is_signed else (-100, 100)
     if dtype.is_floating_point:
         input = torch.randn(7, 9, dtype=dtype, device=device)
@@ -121,6 +138,7 @@ def test_add_other_dtypes_wrap_like_torch(dtype, device, implementation_index):
 
 
 def test_add_broadcasts_inputs_of_lower_rank(device, implementation_index):
+    _skip_unsupported_by_triton_jit(implementation_index, reason="broadcasting")
     input = torch.randn(5, 1, 3, device=device)
     other = torch.randn(4, 1, device=device)
     out = torch.empty(5, 4, 3, device=device)
@@ -141,6 +159,7 @@ def test_add_in_place(target, device, implementation_index):
 def test_add_partially_overlapping_output_reads_inputs_first(
     device, implementation_index
 ):
+    _skip_unsupported_by_triton_jit(implementation_index, reason="strides")
     storage = torch.randn(64 * 64, device=device)
     input = storage.view(64, 64)
     other = torch.randn(64, 64, device=device)
@@ -194,3 +213,53 @@ def test_add_inactive_implementation_index_names_operator_and_slot():
         infini.ops.add(x, x, out, implementation_index=7)
     with pytest.raises(ValueError, match=r"`add`.*`implementation_index`"):
         infini.ops.add(x, x, out, implementation_index=-1)
+
+
+def _triton_jit_active(device):
+    if TRITON_JIT_SLOT not in infini.ops.Add.active_implementation_indices(device):
+        pytest.skip("this build has no Triton JIT add for this device")
+
+
+@pytest.mark.smoke
+def test_add_triton_config_rejects_unknown_fields(device):
+    _triton_jit_active(device)
+    x = torch.randn(13, 4, device=device)
+    out = torch.empty_like(x)
+    for config in (
+        {"unexpected": 1},
+        {"auto_tuning": {"candidates": [{}], "unexpected": 1}},
+        {"auto_tuning": {"candidates": [{"unexpected": 1}]}},
+    ):
+        with pytest.raises(
+            ValueError, match="Unknown Triton JIT config field `unexpected`"
+        ):
+            infini.ops.add(
+                x, x, out, implementation_index=TRITON_JIT_SLOT, config=config
+            )
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize(
+    "config",
+    [
+        {},
+        {"num_warps": 2, "num_stages": 2, "constexprs": {"BLOCK_SIZE": 64}},
+        {
+            "auto_tuning": {
+                "warmup_milliseconds": 0,
+                "repetition_milliseconds": 1,
+                "candidates": [{"constexprs": {"BLOCK_SIZE": 32}}, {"num_warps": 8}],
+            }
+        },
+    ],
+    ids=["defaults", "compile", "auto-tuning"],
+)
+def test_add_triton_config(config, device):
+    _triton_jit_active(device)
+    input = torch.randn(13, 4, device=device)
+    other = torch.randn(13, 4, device=device)
+    out = torch.empty_like(input)
+    infini.ops.add(
+        input, other, out, implementation_index=TRITON_JIT_SLOT, config=config
+    )
+    assert torch.equal(out, input + other)

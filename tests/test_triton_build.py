@@ -54,6 +54,7 @@ def test_triton_without_nvcc_uses_the_ptxas_triton_ships(source, tmp_path):
     add = manifest["operators"]["add"]["implementations"]
     assert {(i["slot"], i["backend"]) for i in add if "nvidia" in i["devices"]} >= {
         (0, "native"),
+        (10, "triton"),
     }
 
 

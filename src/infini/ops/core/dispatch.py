@@ -401,6 +401,11 @@ class OperatorEntry:
             raise OperatorError(
                 self.name, f"`config` must be a dict, got {describe_value(config)}."
             )
+        # The schema is checked whatever the slot (contract 5.1), before
+        # anything is built.
+        from infini.ops.triton.jit.config import parse_config
+
+        config = parse_config(config)
         bound, values = self._resolve(args, kwargs)
         operator = self._build(bound, values, implementation_index, config)
         operator.launch(stream, *bound.tensors(values))

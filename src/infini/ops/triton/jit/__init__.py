@@ -1,0 +1,1 @@
+"""Configuration, compilation, caching and auto-tuning of Triton JIT kernels."""

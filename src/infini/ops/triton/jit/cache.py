@@ -1,0 +1,158 @@
+"""The on-disk cache of compiled Triton JIT kernels and auto-tuning results.
+
+Directory: `INFINI_OPS_TRITON_CACHE_DIR`, else the platform cache directory
+(``%LOCALAPPDATA%\\infiniops\\triton`` on Windows, ``$XDG_CACHE_HOME/
+infiniops/triton``, ``$HOME/.cache/infiniops/triton``), else
+``<tempdir>/infiniops/triton``.
+
+Each entry is named by the FNV-1a 64-bit hash of its identity (16 hex
+digits); the identity is stored inside, so a hash collision or a stale entry
+(another Triton version or kernel source, which change the identity) is
+rejected on read, like a corrupt one. Files are written to a temporary name
+and moved into place, so readers never see half a file.
+
+- ``<stem>.json``: Triton's kernel metadata plus `cache_identity` and
+  `binary_ext`; ``<stem>.<binary_ext>`` (e.g. ``cubin``): the binary.
+- ``<stem>.autotune``: ``{"cache_identity", "config": {num_warps,
+  num_stages, constexprs}}``, the winning candidate of an auto-tuning run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from .config import CompileConfig
+
+_INT32 = range(-(2**31), 2**31)
+
+
+def cache_directory() -> Path:
+    configured = os.environ.get("INFINI_OPS_TRITON_CACHE_DIR")
+    if configured:
+        return Path(configured)
+    if sys.platform == "win32" and os.environ.get("LOCALAPPDATA"):
+        return Path(os.environ["LOCALAPPDATA"], "infiniops", "triton")
+    if os.environ.get("XDG_CACHE_HOME"):
+        return Path(os.environ["XDG_CACHE_HOME"], "infiniops", "triton")
+    if os.environ.get("HOME"):
+        return Path(os.environ["HOME"], ".cache", "infiniops", "triton")
+    return Path(tempfile.gettempdir(), "infiniops", "triton")
+
+
+def fnv1a_64(text: str) -> str:
+    """The FNV-1a 64-bit hash of `text` (UTF-8) in 16 lower-case hex digits."""
+    value = 0xCBF29CE484222325
+    for byte in text.encode("utf-8"):
+        value ^= byte
+        value = (value * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return f"{value:016x}"
+
+
+def identity(*fields) -> str:
+    """Length-prefixed fields, ``<len>:<value>|`` each: unambiguous whatever
+    the values contain."""
+    return "".join(f"{len(str(field))}:{field}|" for field in fields)
+
+
+def cache_path(identity_text: str, suffix: str, directory: Path | None = None) -> Path:
+    return (directory or cache_directory()) / f"{fnv1a_64(identity_text)}{suffix}"
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor, temporary = tempfile.mkstemp(
+        dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"
+    )
+    try:
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(data)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def write_kernel_artifact(
+    identity_text: str, metadata: dict, binary_ext: str, binary: bytes
+) -> tuple[Path, Path]:
+    """Writes a compiled kernel; returns the JSON and binary paths."""
+    json_path = cache_path(identity_text, ".json")
+    binary_path = json_path.with_suffix(f".{binary_ext}")
+    record = dict(metadata, cache_identity=identity_text, binary_ext=binary_ext)
+    # The binary first: a reader that finds the JSON finds the binary too.
+    write_atomically(binary_path, binary)
+    write_atomically(json_path, json.dumps(record, default=vars).encode("utf-8"))
+    return json_path, binary_path
+
+
+def read_kernel_artifact(identity_text: str) -> tuple[dict, Path, Path] | None:
+    """``(metadata, json path, binary path)`` of a cached kernel, or `None`
+    when it is missing, corrupt, for another identity, or unusable."""
+    json_path = cache_path(identity_text, ".json")
+    try:
+        record = json.loads(json_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("cache_identity") != identity_text:
+        return None
+    name = record.get("name")
+    binary_ext = record.get("binary_ext")
+    if not isinstance(name, str) or not name:
+        return None
+    if not isinstance(binary_ext, str) or not binary_ext.isalnum():
+        return None
+    for field in ("num_warps", "shared", "global_scratch_size", "profile_scratch_size"):
+        value = record.get(field)
+        if type(value) is not int or value not in _INT32:
+            return None
+    if record["num_warps"] == 0:
+        return None
+    # Kernels needing scratch memory are refused (contract 5.2).
+    if record["global_scratch_size"] or record["profile_scratch_size"]:
+        return None
+    if not isinstance(record.get("target"), dict):
+        return None
+    binary_path = json_path.with_suffix(f".{binary_ext}")
+    try:
+        if binary_path.stat().st_size == 0:
+            return None
+    except OSError:
+        return None
+    return record, json_path, binary_path
+
+
+def write_auto_tuning_config(identity_text: str, config: CompileConfig) -> Path:
+    path = cache_path(identity_text, ".autotune")
+    record = {"cache_identity": identity_text, "config": config.to_json()}
+    write_atomically(path, json.dumps(record).encode("utf-8"))
+    return path
+
+
+def read_auto_tuning_config(identity_text: str) -> CompileConfig | None:
+    """The cached winner of an auto-tuning run, or `None` (missing, corrupt,
+    another identity, zero warps or stages)."""
+    path = cache_path(identity_text, ".autotune")
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if record["cache_identity"] != identity_text:
+            return None
+        config = record["config"]
+        num_warps, num_stages = config["num_warps"], config["num_stages"]
+        constexprs = config["constexprs"]
+        if type(num_warps) is not int or type(num_stages) is not int:
+            return None
+        if num_warps <= 0 or num_stages <= 0 or not isinstance(constexprs, dict):
+            return None
+        items = []
+        for name, value in constexprs.items():
+            if type(value) is not int:
+                return None
+            items.append((name, value))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return CompileConfig(num_warps, num_stages, tuple(sorted(items)))

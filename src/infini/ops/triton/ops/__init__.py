@@ -1,0 +1,1 @@
+"""Triton JIT kernels: `<op>/jit.py` per operator."""

@@ -1,0 +1,1 @@
+"""The Triton JIT `silu_and_mul`."""
