@@ -162,3 +162,16 @@ def test_topk_sigmoid_rejects_bad_arguments_without_writing(
     with pytest.raises(ValueError, match=f"`topk_sigmoid`: {match}"):
         infini.ops.topk_sigmoid(gating, bias, None, True, 1.0, weights, ids, token_ids)
     assert bool((weights == 7).all()) and bool((token_ids == 7).all())
+
+
+def test_topk_sigmoid_nan_ranks_first_like_torch_topk(device, implementation_index):
+    nan = float("nan")
+    gating = torch.tensor([[0.5, nan, 2.0, nan, -1.0]], device=device)
+    weights = torch.empty(1, 3, device=device)
+    ids = torch.empty(1, 3, dtype=torch.int64, device=device)
+    token_ids = torch.empty(1, 3, dtype=torch.int32, device=device)
+    _topk_sigmoid(
+        gating, None, None, False, 1.0, weights, ids, token_ids, implementation_index
+    )
+    assert ids.tolist() == [[1, 3, 2]]
+    assert torch.equal(ids, torch.sigmoid(gating).topk(3).indices)

@@ -81,3 +81,33 @@ def store_integer(i32, i64, code, index, value):
         i64[index] = value
     else:
         i32[index] = value
+
+
+@helper
+def load_real_row(target, n, f32, u16, code, base, step):
+    """Reads `n` elements starting at `base` (every `step`) into the float32
+    array `target`. The dtype branch sits outside the loops, and contiguous
+    rows go through slices (indices known to be non-negative), so the loops
+    vectorise."""
+    if step == 1:
+        if code == 0:
+            row32 = f32[base : base + n]
+            for i in range(n):
+                target[i] = row32[i]
+        else:
+            row16 = u16[base : base + n]
+            if code == 1:
+                for i in range(n):
+                    target[i] = float16_bits_to_float32(row16[i])
+            else:
+                for i in range(n):
+                    target[i] = bfloat16_bits_to_float32(row16[i])
+    elif code == 0:
+        for i in range(n):
+            target[i] = f32[base + i * step]
+    elif code == 1:
+        for i in range(n):
+            target[i] = float16_bits_to_float32(u16[base + i * step])
+    else:
+        for i in range(n):
+            target[i] = bfloat16_bits_to_float32(u16[base + i * step])

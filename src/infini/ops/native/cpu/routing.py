@@ -17,10 +17,12 @@ from functools import cache
 import numpy as np
 from numba import prange
 
+from .activations import exp_float32, sigmoid
 from .codes import (
     integer_code,
     load_integer,
     load_real,
+    load_real_row,
     real_code,
     store_integer,
     store_real,
@@ -60,28 +62,37 @@ def ranks_before(a, index_a, b, index_b):
 def insert_top(keys, indices, count, k, value, index):
     """Inserts `(value, index)` into the first `count` entries of `keys` and
     `indices` (kept in rank order, at most `k`) if it ranks among the top `k`;
-    returns the new count."""
+    returns the new count. Indices must arrive in increasing order: an equal
+    value then ranks below the kept one, so plain `>` decides (NaN keys,
+    which rank above every number, compare false and are never passed)."""
+    if value != value:
+        # NaN ranks above every number and below earlier NaNs.
+        position = count if count < k else k - 1
+        if k == 0 or (count == k and keys[k - 1] != keys[k - 1]):
+            return count
+        if count < k:
+            count += 1
+        while position > 0 and keys[position - 1] == keys[position - 1]:
+            keys[position] = keys[position - 1]
+            indices[position] = indices[position - 1]
+            position -= 1
+        keys[position] = value
+        indices[position] = index
+        return count
     if count == k:
-        if k == 0 or not ranks_before(value, index, keys[k - 1], indices[k - 1]):
+        if k == 0 or not value > keys[k - 1]:
             return count
         position = k - 1
     else:
         position = count
         count += 1
-    while position > 0 and ranks_before(
-        value, index, keys[position - 1], indices[position - 1]
-    ):
+    while position > 0 and value > keys[position - 1]:
         keys[position] = keys[position - 1]
         indices[position] = indices[position - 1]
         position -= 1
     keys[position] = value
     indices[position] = index
     return count
-
-
-@helper
-def sigmoid32(x):
-    return np.float32(1.0) / (np.float32(1.0) + np.exp(-x))
 
 
 def _topk_gating_run(
@@ -115,24 +126,35 @@ def _topk_gating_run(
     has_padding = codes[5] != 0
     has_token = codes[2] != 0
     factor = np.float32(scale)
+    # Scalars read once: the compiler cannot keep array elements in registers
+    # across stores to other arrays (they might alias).
+    weight_code, id_code, token_code = codes[0], codes[1], codes[2]
+    gating_code, bias_code, padding_code = codes[3], codes[4], codes[5]
+    weight_row, weight_col = strides[0, 0], strides[0, 1]
+    id_row, id_col = strides[1, 0], strides[1, 1]
+    token_row, token_col = strides[2, 0], strides[2, 1]
+    gating_row, gating_col = strides[3, 0], strides[3, 1]
+    bias_step, padding_step = strides[4, 0], strides[5, 0]
     for chunk in prange(chunks):
         first = chunk * tokens // chunks
         last = (chunk + 1) * tokens // chunks
         scores = np.empty(experts, np.float32)
+        bias = np.zeros(experts, np.float32)
+        if has_bias:
+            load_real_row(bias, experts, b32, b16, bias_code, 0, bias_step)
         keys = np.empty(max(topk, 1), np.float32)
         chosen = np.empty(max(topk, 1), np.int64)
         for t in range(first, last):
-            base = t * strides[3, 0]
-            for e in range(experts):
-                scores[e] = load_real(g32, g16, codes[3], base + e * strides[3, 1])
+            load_real_row(
+                scores, experts, g32, g16, gating_code, t * gating_row, gating_col
+            )
             if softmax:
                 maximum = np.float32(-np.inf)
                 for e in range(experts):
-                    if scores[e] > maximum:
-                        maximum = scores[e]
+                    maximum = max(maximum, scores[e])
                 total = np.float32(0.0)
                 for e in range(experts):
-                    value = np.exp(scores[e] - maximum)
+                    value = exp_float32(scores[e] - maximum)
                     scores[e] = value
                     total += value
                 inverse = np.float32(1.0) / total
@@ -140,16 +162,13 @@ def _topk_gating_run(
                     scores[e] *= inverse
             else:
                 for e in range(experts):
-                    scores[e] = sigmoid32(scores[e])
+                    scores[e] = sigmoid(scores[e])
             count = 0
             for e in range(experts):
-                key = scores[e]
-                if has_bias:
-                    key += load_real(b32, b16, codes[4], e * strides[4, 0])
-                count = insert_top(keys, chosen, count, topk, key, e)
+                count = insert_top(keys, chosen, count, topk, scores[e] + bias[e], e)
             padded = False
             if has_padding:
-                flag = load_integer(pad8, pad32, pad64, codes[5], t * strides[5, 0])
+                flag = load_integer(pad8, pad32, pad64, padding_code, t * padding_step)
                 padded = flag != 0
             total = np.float32(0.0)
             for j in range(topk):
@@ -158,21 +177,21 @@ def _topk_gating_run(
             if renormalize and total != 0:
                 multiplier = factor / total
             for j in range(topk):
-                weight_offset = t * strides[0, 0] + j * strides[0, 1]
-                id_offset = t * strides[1, 0] + j * strides[1, 1]
+                weight_offset = t * weight_row + j * weight_col
+                id_offset = t * id_row + j * id_col
                 if padded:
-                    store_real(w32, w16, codes[0], weight_offset, np.float32(0.0))
-                    store_integer(id32, id64, codes[1], id_offset, -1)
+                    store_real(w32, w16, weight_code, weight_offset, np.float32(0.0))
+                    store_integer(id32, id64, id_code, id_offset, -1)
                 else:
                     weight = scores[chosen[j]] * multiplier
-                    store_real(w32, w16, codes[0], weight_offset, weight)
-                    store_integer(id32, id64, codes[1], id_offset, chosen[j])
+                    store_real(w32, w16, weight_code, weight_offset, weight)
+                    store_integer(id32, id64, id_code, id_offset, chosen[j])
                 if has_token:
                     store_integer(
                         tk32,
                         tk64,
-                        codes[2],
-                        t * strides[2, 0] + j * strides[2, 1],
+                        token_code,
+                        t * token_row + j * token_col,
                         j * tokens + t,
                     )
 
@@ -188,7 +207,12 @@ def topk_gating_kernels():
     `token_expert_indices[t, j]` is ``j * tokens + t``. Operands, in
     `addresses`, `spans`, `codes` (`codes.py`) and the rows of `strides`:
     weights, ids, token indices, gating, bias, padding."""
-    return kernel(_topk_gating_run), kernel(_topk_gating_run, parallel=True)
+    # `reassoc` lets the row sums use several partial sums (vector lanes).
+    fastmath = {"reassoc", "contract"}
+    return (
+        kernel(_topk_gating_run, fastmath=fastmath),
+        kernel(_topk_gating_run, parallel=True, fastmath=fastmath),
+    )
 
 
 def _grouped_topk_run(
@@ -203,7 +227,7 @@ def _grouped_topk_run(
     strides,
     renormalize,
     scale,
-    sigmoid,
+    use_sigmoid,
     chunks,
 ):
     # Operands: 0 values (float32), 1 indices, 2 scores, 3 bias.
@@ -232,8 +256,8 @@ def _grouped_topk_run(
             base = t * strides[2, 0]
             for e in range(experts):
                 value = load_real(s32, s16, codes[2], base + e * strides[2, 1])
-                if sigmoid:
-                    value = sigmoid32(value)
+                if use_sigmoid:
+                    value = sigmoid(value)
                 scores[e] = value
                 choice[e] = value + load_real(b32, b16, codes[3], e * strides[3, 0])
             for g in range(groups):
@@ -276,10 +300,17 @@ def grouped_topk_kernels():
 
 @helper
 def accumulate_row(total, x32, x16, code, base, step, hidden):
-    # The dtype branch sits outside the loop, so each loop vectorises.
+    # The dtype branch sits outside the loop, and contiguous rows are walked
+    # through a slice (indices known to be non-negative), so the loop
+    # vectorises.
     if code == 0:
-        for h in range(hidden):
-            total[h] += x32[base + h * step]
+        if step == 1:
+            row = x32[base : base + hidden]
+            for h in range(hidden):
+                total[h] += row[h]
+        else:
+            for h in range(hidden):
+                total[h] += x32[base + h * step]
     elif code == 1:
         for h in range(hidden):
             total[h] += float16_bits_to_float32(x16[base + h * step])
@@ -325,8 +356,12 @@ def _moe_sum_run(
                 base = t * strides[1, 0] + j * strides[1, 1]
                 accumulate_row(total, x32, x16, codes[1], base, strides[1, 2], hidden)
             out_base = t * strides[0, 0]
-            for h in range(hidden):
-                store_real(o32, o16, codes[0], out_base + h * strides[0, 1], total[h])
+            if codes[0] == 0 and strides[0, 1] == 1:
+                o32[out_base : out_base + hidden] = total
+            else:
+                for h in range(hidden):
+                    step = strides[0, 1]
+                    store_real(o32, o16, codes[0], out_base + h * step, total[h])
 
 
 @cache

@@ -1,0 +1,19 @@
+import torch
+
+import infini.ops
+from benchmarks.harness import Case, nbytes
+from benchmarks.ops._sampling import VOCAB, vllm_top_k_top_p
+
+
+def cases(tokens, dtype):
+    logits = torch.randn(tokens, VOCAB, dtype=dtype) * 3
+    p = torch.full((tokens,), 0.9)
+    out = torch.empty(tokens, dtype=torch.int64)
+    yield Case(
+        f"({tokens}, {VOCAB}) p0.9",
+        lambda: infini.ops.top_k_top_p_sample_infinilm(logits, None, p, 7, 0, out),
+        lambda: vllm_top_k_top_p(logits, None, p),
+        nbytes(logits, out),
+        logits.numel(),
+        fused=True,
+    )
