@@ -333,7 +333,14 @@ class RowLaunch:
         self.layout = layout = RowLayout(shape, [o.strides for o in operands])
         dtypes = tuple(o.meta.dtype for o in operands)
         compute = compute or compute_dtype(*dtypes)
-        fixed = tuple(step if step in (0, 1) else -1 for step in layout.col_steps)
+        # Two layout classes per kernel, so that few kernels compile: rows
+        # whose elements are adjacent (or broadcast) get their steps built
+        # in; any other layout passes every step at run time.
+        steps = layout.col_steps
+        if all(step in (0, 1) for step in steps):
+            fixed = tuple(steps)
+        else:
+            fixed = (-1,) * len(steps)
         serial, parallel = row_kernels(body, dtypes, compute, fixed, narrow)
         if layout.chunks > 1:
             self.kernel, self.extent = parallel, (layout.rows, layout.chunks)
