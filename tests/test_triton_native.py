@@ -148,26 +148,29 @@ def test_native_kernels_compile_for_sm90(op, monkeypatch):
     import triton
     from triton.backends.compiler import GPUTarget
 
-    from infini.ops.native.cuda import elementwise, rows, runtime
+    from infini.ops.native.cuda import elementwise, runtime
 
-    entry = infini.ops._entries.get(op)
-    if entry is None or ("nvidia", 0) not in entry.modules:
-        pytest.skip(f"this build has no CUDA-like {op}")
-    module_name, class_name = entry.modules[("nvidia", 0)]
-    cls = getattr(importlib.import_module(module_name), class_name)
+    try:
+        module = importlib.import_module(f"infini.ops.native.cuda.ops.{op}")
+    except ImportError as error:
+        pytest.skip(f"no CUDA-like {op} kernel module ({error})")
+    (cls,) = [
+        value
+        for value in vars(module).values()
+        if isinstance(value, type)
+        and getattr(value, "implementation_slot", None) == 0
+        and "nvidia" in getattr(value, "implementation_devices", ())
+    ]
     # Plan as on a GPU, without one: no device check, geometry tables on the
     # CPU, and no launch (the kernels are compiled below instead).
     monkeypatch.setattr(runtime, "uses_direct_launch", lambda device: False)
     monkeypatch.setattr(runtime, "torch_device", lambda device: "cpu")
     monkeypatch.setattr(elementwise, "torch_device", lambda device: "cpu")
-    monkeypatch.setattr(
-        importlib.import_module(module_name), "require_device", lambda *a: None
-    )
+    monkeypatch.setattr(module, "require_device", lambda *arguments: None)
     values = NATIVE_EXAMPLES[op]()
     operator = cls(Arguments(values, NVIDIA, 0))
     launches = list(_launches(operator))
-    assert launches, f"`{class_name}` holds no `Launch`"
-    del rows
+    assert launches, f"`{cls.__name__}` holds no `Launch`"
     for launch in launches:
         source = runtime.ast_source(
             launch.kernel.fn, launch.arguments, launch.constexprs, True
