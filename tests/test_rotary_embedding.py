@@ -370,10 +370,14 @@ def _strided_randn(shape, step, padding, device):
     return torch.as_strided(storage, shape, strides)
 
 
+# Derandomised: the same examples every run (reproducible in CI); the first
+# example may include kernel compilation, hence no deadline.
 @settings(
     max_examples=25,
     deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
     tokens=st.integers(0, 5),
