@@ -221,7 +221,8 @@ class CudaEmbedding(Embedding):
     def launch(self, stream, input, weight, out) -> None:
         if self.empty:
             return
-        self.check_indices(input)
+        with stream_context(self.device, stream):
+            self.check_indices(input)
         geometry = self.plan.geometry_or(out)
         if self._renorm is not None:
             import torch

@@ -23,7 +23,12 @@ from infini.ops.native.cuda.elementwise import (
 )
 from infini.ops.native.cuda.ops.cast import KERNEL as CAST_KERNEL
 from infini.ops.native.cuda.ops.copy import cast_constexprs
-from infini.ops.native.cuda.runtime import Kernel, require_device, torch_device
+from infini.ops.native.cuda.runtime import (
+    Kernel,
+    require_device,
+    stream_context,
+    torch_device,
+)
 
 
 @triton.jit
@@ -85,5 +90,10 @@ class CudaFill(Fill):
         if self.fill.numel == 0:
             return
         if self.convert is not None:
+            if value.device != self.scalar.device:
+                # A host scalar for a device `out`: the kernel reads device
+                # memory.
+                with stream_context(self.device, stream):
+                    value = value.to(self.scalar.device)
             self.convert(stream, self.scalar, value)
         self.fill(stream, out, self.scalar)

@@ -214,7 +214,8 @@ class CudaPagedAttentionInfinilm(PagedAttentionInfinilm):
     ) -> None:
         if self.seqs == 0 or self.heads == 0:
             return
-        self.check_indices(block_tables, seq_lens)
+        with stream_context(self.device, stream):
+            self.check_indices(block_tables, seq_lens)
         slopes = alibi_slopes if alibi_slopes is not None else q
         tensors = (q, k_cache, v_cache, block_tables, seq_lens, slopes)
         if self.overlap(out, (q, k_cache, v_cache)):

@@ -19,7 +19,13 @@ import triton.language as tl
 from infini.ops.base.reshape_and_cache_flash import ReshapeAndCacheFlash
 from infini.ops.core.registry import implementation
 from infini.ops.native.cuda.elementwise import bits_pointer, load_as, next_power_of_two
-from infini.ops.native.cuda.runtime import INTERPRETER, Kernel, Pointer, require_device
+from infini.ops.native.cuda.runtime import (
+    INTERPRETER,
+    Kernel,
+    Pointer,
+    require_device,
+    stream_context,
+)
 
 # fp8 formats: (mantissa bits, exponent bias, largest finite byte).
 FP8_FORMATS = {
@@ -261,7 +267,8 @@ class CudaReshapeAndCacheFlash(ReshapeAndCacheFlash):
     ) -> None:
         if self.count == 0:
             return
-        self.check_slots(slot_mapping)
+        with stream_context(self.device, stream):
+            self.check_slots(slot_mapping)
         self._launch(
             stream, key_cache, value_cache, key, value, slot_mapping, k_scale, v_scale
         )

@@ -18,7 +18,13 @@ import triton.language as tl
 from infini.ops.base.rotary_embedding import RotaryEmbedding
 from infini.ops.core.registry import implementation
 from infini.ops.native.cuda.elementwise import load_as, next_power_of_two, store_as
-from infini.ops.native.cuda.runtime import INTERPRETER, Kernel, Pointer, require_device
+from infini.ops.native.cuda.runtime import (
+    INTERPRETER,
+    Kernel,
+    Pointer,
+    require_device,
+    stream_context,
+)
 
 # Rotation pairs a program covers (tokens x heads x pairs); the interpreter
 # runs a program as NumPy steps, so it takes many.
@@ -244,7 +250,8 @@ class CudaRotaryEmbedding(RotaryEmbedding):
     def launch(self, stream, positions, query, key, cos_sin_cache) -> None:
         if self.tokens == 0:
             return
-        self.check_positions(positions)
+        with stream_context(self.device, stream):
+            self.check_positions(positions)
         self._launch(
             stream, query, query if key is None else key, positions, cos_sin_cache
         )
