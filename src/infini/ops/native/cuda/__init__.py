@@ -15,6 +15,9 @@ declares one implementation at slot 0 for all of them. The shared pieces:
 - `elementwise.py`: planning for elementwise kernels (broadcasting, dimension
   coalescing, the geometry table strided kernels read, overlap staging) and
   the `@triton.jit` helpers that turn a linear index into element offsets.
+- `rows.py`: planning for kernels that run a tile of rows per program.
+- `special.py`: `exp`, `sigmoid` and `erfc` built from exactly rounded
+  operations, so that GPUs and the interpreter give the same results.
 
 Adding an operator (contributor note):
 
