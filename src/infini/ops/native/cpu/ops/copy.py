@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from infini.ops.base.copy import Copy
 from infini.ops.core.registry import implementation
-from infini.ops.native.cpu.elementwise import UnaryElementwise, conversion_kernels
+from infini.ops.native.cpu.elementwise import (
+    UnaryElementwise,
+    conversion_kernels,
+    precompile_unary_elementwise,
+)
+from infini.ops.native.cpu.precompile import PRECOMPILED_DTYPES
 
 
 @implementation(operator="copy", devices=("cpu",), slot=0)
@@ -19,3 +24,7 @@ class CpuCopy(Copy):
 
     def launch(self, stream, src, out) -> None:
         self.elementwise.run(out, src.data_ptr())
+
+    @classmethod
+    def precompile(cls) -> int:
+        return precompile_unary_elementwise(cls.name, PRECOMPILED_DTYPES, False)

@@ -15,7 +15,9 @@ from infini.ops.native.cpu.elementwise import (
     UnaryLaunch,
     bits_of,
     conversion_kernels,
+    precompile_unary_elementwise,
 )
+from infini.ops.native.cpu.precompile import PRECOMPILED_DTYPES
 
 
 @implementation(operator="fill", devices=("cpu",), slot=0)
@@ -46,3 +48,7 @@ class CpuFill(Fill):
             return
         self.convert(self.scratch.data_ptr(), value.data_ptr())
         self.fill(out.data_ptr(), bits_of(self.scratch))
+
+    @classmethod
+    def precompile(cls) -> int:
+        return precompile_unary_elementwise(cls.name, PRECOMPILED_DTYPES, 0.0)

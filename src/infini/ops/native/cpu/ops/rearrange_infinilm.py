@@ -6,7 +6,12 @@ from __future__ import annotations
 
 from infini.ops.base.rearrange_infinilm import RearrangeInfinilm
 from infini.ops.core.registry import implementation
-from infini.ops.native.cpu.elementwise import UnaryElementwise, copy_kernels
+from infini.ops.native.cpu.elementwise import (
+    UnaryElementwise,
+    copy_kernels,
+    precompile_unary_elementwise,
+)
+from infini.ops.native.cpu.precompile import PRECOMPILED_DTYPES
 
 
 @implementation(operator="rearrange_infinilm", devices=("cpu",), slot=0)
@@ -15,3 +20,7 @@ class CpuRearrangeInfinilm(RearrangeInfinilm):
         super().__init__(args)
         out = args.out
         self.launch = UnaryElementwise(out, args.input, copy_kernels(out.element_size))
+
+    @classmethod
+    def precompile(cls) -> int:
+        return precompile_unary_elementwise(cls.name, PRECOMPILED_DTYPES)

@@ -6,7 +6,8 @@ import numpy as np
 
 from infini.ops.base.zeros_infinilm import ZerosInfinilm
 from infini.ops.core.registry import implementation
-from infini.ops.native.cpu.elementwise import FillLaunch
+from infini.ops.native.cpu.elementwise import FillLaunch, precompile_unary_elementwise
+from infini.ops.native.cpu.precompile import PRECOMPILED_DTYPES
 
 _ZERO = np.uint64(0)
 
@@ -20,3 +21,7 @@ class CpuZerosInfinilm(ZerosInfinilm):
     def launch(self, stream, input, out) -> None:
         # Zero bits are +0 in every dtype.
         self.fill(out.data_ptr(), _ZERO)
+
+    @classmethod
+    def precompile(cls) -> int:
+        return precompile_unary_elementwise(cls.name, PRECOMPILED_DTYPES)
