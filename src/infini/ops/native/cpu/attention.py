@@ -96,26 +96,31 @@ def tile_softmax(scores, rows, count, maxima, sums, acc, features):
 
 
 @helper
-def tile_accumulate(weights, values, acc, rows, count, features):
-    """``acc[r] += weights[r, :count] @ values[:count]``."""
+def tile_accumulate(weights, values_t, acc, rows, count, features):
+    """``acc[r] += weights[r, :count] @ values``, with the value tile stored
+    transposed (``values_t[d, j]``): each element is a dot product over the
+    tile, which vectorises better than row updates of `acc`."""
     for r in range(rows):
-        for j in range(count):
-            w = weights[r, j]
-            if w != 0:
-                for d in range(features):
-                    acc[r, d] += w * values[j, d]
+        for d in range(features):
+            total = np.float32(0)
+            for j in range(count):
+                total += weights[r, j] * values_t[d, j]
+            acc[r, d] += total
 
 
 @cache
 def sdpa_online_kernel(dtype: str):
     """The online-softmax kernel of `scaled_dot_product_attention`.
 
-    A task is one batch entry `b` and `block_rows` query rows. Operand `o` of
-    batch entry `b` starts at ``offsets[o, b]``; operands are out, query,
-    key, value, mask (float32, added to the scores; `-inf` hides) and noise
-    (the dropout multipliers, float32 rows of ``S``). `strides` holds, in
-    elements, q (row, feature), k (position, feature), v (position,
-    feature), out (row, feature) and mask (row, position) steps.
+    A task is `group` consecutive batch entries that share their key and
+    value (the query heads of one kv head under GQA, else one entry) and
+    `block_rows` query rows of each, so every key and value tile is
+    converted once for the group. Operand `o` of batch entry `b` starts at
+    ``offsets[o, b]``; operands are out, query, key, value, mask (float32,
+    added to the scores; `-inf` hides) and noise (the dropout multipliers,
+    float32 rows of ``S``). `strides` holds, in elements, q (row, feature),
+    k (position, feature), v (position, feature), out (row, feature) and
+    mask (row, position) steps.
     """
     load, store = loader(dtype), storer(dtype)
     storage = STORAGE[dtype]
@@ -136,59 +141,70 @@ def sdpa_online_kernel(dtype: str):
         masked,
         dropout,
         block_rows,
+        group,
     ):
         length, keys, features, value_features = sizes[0], sizes[1], sizes[2], sizes[3]
         q_row, q_col, k_row, k_col = strides[0], strides[1], strides[2], strides[3]
         v_row, v_col, o_row, o_col = strides[4], strides[5], strides[6], strides[7]
         m_row, m_col = strides[8], strides[9]
         blocks = (length + block_rows - 1) // block_rows
-        b = task // blocks
+        b0 = (task // blocks) * group
         first = (task % blocks) * block_rows
         rows = min(block_rows, length - first)
-        queries = np.empty((rows, features), np.float32)
+        total = rows * group
+        queries = np.empty((total, features), np.float32)
         key_tile = np.empty((KEY_TILE, features), np.float32)
-        value_tile = np.empty((KEY_TILE, value_features), np.float32)
-        scores = np.empty((rows, KEY_TILE), np.float32)
-        maxima = np.full(rows, -np.inf, np.float32)
-        sums = np.zeros(rows, np.float32)
-        acc = np.zeros((rows, value_features), np.float32)
-        for r in range(rows):
-            base = offsets[1, b] + (first + r) * q_row
-            for d in range(features):
-                queries[r, d] = np.float32(load(q, base + d * q_col)) * factor
+        value_tile = np.empty((value_features, KEY_TILE), np.float32)
+        scores = np.empty((total, KEY_TILE), np.float32)
+        maxima = np.full(total, -np.inf, np.float32)
+        sums = np.zeros(total, np.float32)
+        acc = np.zeros((total, value_features), np.float32)
+        # Row `h * rows + r` is query row `first + r` of batch entry `b0 + h`.
+        for h in range(group):
+            for r in range(rows):
+                base = offsets[1, b0 + h] + (first + r) * q_row
+                for d in range(features):
+                    queries[h * rows + r, d] = (
+                        np.float32(load(q, base + d * q_col)) * factor
+                    )
         end = min(keys, first + rows) if causal else keys
         for start in range(0, end, KEY_TILE):
             count = min(KEY_TILE, end - start)
             for j in range(count):
-                base = offsets[2, b] + (start + j) * k_row
+                base = offsets[2, b0] + (start + j) * k_row
                 for d in range(features):
                     key_tile[j, d] = load(k, base + d * k_col)
-            tile_scores(queries, key_tile, scores, rows, count, features)
-            for r in range(rows):
-                i = first + r
-                if causal:
-                    for j in range(max(i + 1 - start, 0), count):
-                        scores[r, j] = -np.inf
-                if masked:
-                    base = offsets[4, b] + i * m_row + start * m_col
-                    for j in range(count):
-                        scores[r, j] += m[base + j * m_col]
-            tile_softmax(scores, rows, count, maxima, sums, acc, value_features)
-            if dropout:
+            tile_scores(queries, key_tile, scores, total, count, features)
+            for h in range(group):
                 for r in range(rows):
-                    base = offsets[5, b] + (first + r) * keys + start
-                    for j in range(count):
-                        scores[r, j] *= noise[base + j]
+                    i = first + r
+                    row = h * rows + r
+                    if causal:
+                        for j in range(max(i + 1 - start, 0), count):
+                            scores[row, j] = -np.inf
+                    if masked:
+                        base = offsets[4, b0 + h] + i * m_row + start * m_col
+                        for j in range(count):
+                            scores[row, j] += m[base + j * m_col]
+            tile_softmax(scores, total, count, maxima, sums, acc, value_features)
+            if dropout:
+                for h in range(group):
+                    for r in range(rows):
+                        base = offsets[5, b0 + h] + (first + r) * keys + start
+                        for j in range(count):
+                            scores[h * rows + r, j] *= noise[base + j]
             for j in range(count):
-                base = offsets[3, b] + (start + j) * v_row
+                base = offsets[3, b0] + (start + j) * v_row
                 for d in range(value_features):
-                    value_tile[j, d] = load(v, base + d * v_col)
-            tile_accumulate(scores, value_tile, acc, rows, count, value_features)
-        for r in range(rows):
-            base = offsets[0, b] + (first + r) * o_row
-            inverse = np.float32(1) / sums[r] if sums[r] > 0 else np.float32(0)
-            for d in range(value_features):
-                store(o, base + d * o_col, acc[r, d] * inverse)
+                    value_tile[d, j] = load(v, base + d * v_col)
+            tile_accumulate(scores, value_tile, acc, total, count, value_features)
+        for h in range(group):
+            for r in range(rows):
+                row = h * rows + r
+                base = offsets[0, b0 + h] + (first + r) * o_row
+                inverse = np.float32(1) / sums[row] if sums[row] > 0 else np.float32(0)
+                for d in range(value_features):
+                    store(o, base + d * o_col, acc[row, d] * inverse)
 
     # `run` captures `body`, and the on-disk cache keys captured functions on
     # their qualified names: make the name say which dtype it loads.
@@ -211,6 +227,7 @@ def sdpa_online_kernel(dtype: str):
         masked,
         dropout,
         block_rows,
+        group,
         tasks,
     ):
         o = element_array(out_address, spans[0], storage)
@@ -237,6 +254,7 @@ def sdpa_online_kernel(dtype: str):
                 masked,
                 dropout,
                 block_rows,
+                group,
             )
 
     return kernel(run, parallel=True)
@@ -471,7 +489,7 @@ def paged_attention_kernel(
             rows = count_tokens * group
             queries = np.empty((rows, features), np.float32)
             key_tile = np.empty((KEY_TILE, features), np.float32)
-            value_tile = np.empty((KEY_TILE, features), np.float32)
+            value_tile = np.empty((features, KEY_TILE), np.float32)
             scores = np.empty((rows, KEY_TILE), np.float32)
             maxima = np.full(rows, -np.inf, np.float32)
             sums = np.zeros(rows, np.float32)
@@ -494,7 +512,7 @@ def paged_attention_kernel(
                         key_tile[j, d] = load(k, base + d * k_col)
                     base = block * v_block + g * v_head + within * v_slot
                     for d in range(features):
-                        value_tile[j, d] = load(v, base + d * v_col)
+                        value_tile[d, j] = load(v, base + d * v_col)
                 tile_scores(queries, key_tile, scores, rows, count, features)
                 for t in range(count_tokens):
                     limit = position + t  # the last key this token sees

@@ -25,10 +25,12 @@ from infini.ops.native.cpu.attention import (
 )
 from infini.ops.native.cpu.memory import span
 
-# Query rows per task of the online kernel.
-BLOCK_ROWS = 16
-# Queries at least this long (with as many keys) take the BLAS path.
-BLAS_MIN_ROWS = 64
+# Query rows per task of the online kernel (all heads of a GQA group).
+BLOCK_ROWS = 32
+# Queries at least this long, over at least this many keys, take the BLAS
+# path (a GEMM beats the online kernel's loops from a few rows on).
+BLAS_MIN_ROWS = 16
+BLAS_MIN_KEYS = 64
 # The most float32 scores one BLAS block holds (16 MiB).
 BLAS_BLOCK_SCORES = 1 << 22
 
@@ -123,7 +125,7 @@ class CpuScaledDotProductAttention(ScaledDotProductAttention):
         )
         self.blas = (
             self.L >= BLAS_MIN_ROWS
-            and self.S >= BLAS_MIN_ROWS
+            and self.S >= BLAS_MIN_KEYS
             and self.key_ratio == self.value_ratio
             and self.E > 0
             and self.Ev > 0
@@ -155,8 +157,12 @@ class CpuScaledDotProductAttention(ScaledDotProductAttention):
                     batch_offsets(batch, attn_batch, noise_strides[:-2]),
                 ]
             )
-            self.tasks = int(np.prod(batch, dtype=np.int64)) * (
-                -(-self.L // BLOCK_ROWS)
+            # Under GQA the query heads of one kv head are consecutive batch
+            # entries with the same key and value: one task takes them all.
+            self.group = self.key_ratio if self.key_ratio == self.value_ratio else 1
+            self.block_rows = max(1, BLOCK_ROWS // self.group)
+            self.tasks = (int(np.prod(batch, dtype=np.int64)) // self.group) * (
+                -(-self.L // self.block_rows)
             )
             self.kernel = sdpa_online_kernel(q.dtype)
 
@@ -214,7 +220,8 @@ class CpuScaledDotProductAttention(ScaledDotProductAttention):
             self.is_causal,
             self.masked,
             self.dropout,
-            BLOCK_ROWS,
+            self.block_rows,
+            self.group,
             self.tasks,
         )
         if target is not out:
