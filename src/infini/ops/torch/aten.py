@@ -298,12 +298,14 @@ def _plan(public, entry, values, tensor_sources, canonical_tensors):
             low, high = _span(meta)
             if high == low:
                 continue
+            # Inlined (a call costs more than the comparison).
+            checks.append(f"if t[{slot}] is not None:")
+            checks.append(f"    _p = t[{slot}].data_ptr()")
+            checks.append(f"    _q = t[{out_slot}].data_ptr()")
             checks.append(
-                f"if t[{slot}] is not None and _overlap(t[{slot}].data_ptr(), {low}, "
-                f"{high}, t[{out_slot}].data_ptr(), {out_low}, {out_high}):"
+                f"    if _p + {low} < _q + {out_high} and _q + {out_low} < _p + {high}:"
             )
-            checks.append(f"    t = _replace(t, {slot}, t[{slot}].clone())")
-            plan.constants["_overlap"] = _overlap
+            checks.append(f"        t = _replace(t, {slot}, t[{slot}].clone())")
             plan.constants["_replace"] = _replace
     body += checks
     if explicit_out:
