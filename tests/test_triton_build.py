@@ -1,6 +1,7 @@
 """`WITH_TRITON` on a machine without a CUDA toolkit: Triton's own `ptxas`
 stands in for `nvcc` when it is CUDA 12.0 or later (cross-builds, CI)."""
 
+import os
 import stat
 
 import pytest
@@ -15,7 +16,14 @@ from tests.test_build_configure import (
     manifest_of,
 )
 
-pytestmark = pytest.mark.skipif(CMAKE is None, reason="cmake is not installed")
+pytestmark = [
+    pytest.mark.skipif(CMAKE is None, reason="cmake is not installed"),
+    pytest.mark.skipif(
+        os.environ.get("INFINI_OPS_TRITON_INTERPRET", "")[:1] not in ("", "0"),
+        reason="configure tests do not depend on the interpreter test mode; the "
+        "normal run covers them",
+    ),
+]
 
 
 def _fake_ptxas(python, release: str):

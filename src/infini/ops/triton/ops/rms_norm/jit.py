@@ -1,9 +1,10 @@
-"""Triton JIT `rms_norm` (slot 10, NVIDIA): one program per row.
+"""Triton JIT `rms_norm` (slot 10, NVIDIA): a tile of rows per program.
 
 Any strides, as long as the leading dimensions of `input` and `out` coalesce
 into at most two. Constexprs: ``BLOCK_SIZE`` (columns per step; default the
-row length rounded up to a power of two, at most 4096). Tuning values:
-`num_rows`, `hidden_size`.
+row length rounded up to a power of two, at most 4096) and
+``ROWS_PER_PROGRAM`` (default: enough rows for about 2048 elements). Tuning
+values: `num_rows`, `hidden_size`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from infini.ops.native.cuda.elementwise import (
     next_power_of_two,
     staging_like,
 )
-from infini.ops.native.cuda.runtime import stream_context
+from infini.ops.native.cuda.runtime import INTERPRETER, stream_context
 from infini.ops.triton.jit.operator import TritonJitOperator, leading_rows
 
 
@@ -27,6 +28,7 @@ def kernel(
     input_ptr,
     weight_ptr,
     output_ptr,
+    rows,
     inner_rows,
     input_outer_stride,
     input_inner_stride,
@@ -38,40 +40,51 @@ def kernel(
     hidden_size,
     eps,
     BLOCK_SIZE: tl.constexpr,
+    ROWS_PER_PROGRAM: tl.constexpr,
 ):
-    row = tl.program_id(0).to(tl.int64)
+    # A tile of ROWS_PER_PROGRAM rows by BLOCK_SIZE columns per step.
+    row = tl.program_id(0).to(tl.int64) * ROWS_PER_PROGRAM + tl.arange(
+        0, ROWS_PER_PROGRAM
+    )
+    row_mask = (row < rows)[:, None]
     outer = row // inner_rows
     inner = row - outer * inner_rows
-    input_row = input_ptr + outer * input_outer_stride + inner * input_inner_stride
-    output_row = output_ptr + outer * output_outer_stride + inner * output_inner_stride
-    columns = tl.arange(0, BLOCK_SIZE)
+    input_row = (input_ptr + outer * input_outer_stride + inner * input_inner_stride)[
+        :, None
+    ]
+    output_row = (
+        output_ptr + outer * output_outer_stride + inner * output_inner_stride
+    )[:, None]
+    columns = tl.arange(0, BLOCK_SIZE)[None, :]
     # Self-contained (no helper calls): float32 arithmetic (float64 for
     # float64), bfloat16 widened and rounded by its bits.
     if input_ptr.dtype.element_ty == tl.float64:
-        total = tl.zeros([BLOCK_SIZE], dtype=tl.float64)
+        total = tl.zeros([ROWS_PER_PROGRAM, BLOCK_SIZE], dtype=tl.float64)
     else:
-        total = tl.zeros([BLOCK_SIZE], dtype=tl.float32)
+        total = tl.zeros([ROWS_PER_PROGRAM, BLOCK_SIZE], dtype=tl.float32)
     for start in range(0, hidden_size, BLOCK_SIZE):
         index = start + columns
-        x = tl.load(
-            input_row + index * input_column_stride, mask=index < hidden_size, other=0.0
-        )
+        mask = row_mask & (index < hidden_size)
+        x = tl.load(input_row + index * input_column_stride, mask=mask, other=0.0)
         if x.dtype == tl.bfloat16:
             x = (x.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(
                 tl.float32, bitcast=True
             )
         x = x.to(total.dtype)
         total += x * x
-    scale = 1.0 / tl.sqrt(tl.sum(total, axis=0) / hidden_size + eps)
+    scale = 1.0 / tl.sqrt(tl.sum(total, axis=1) / hidden_size + eps)
+    scale = scale[:, None]
     for start in range(0, hidden_size, BLOCK_SIZE):
         index = start + columns
-        mask = index < hidden_size
+        mask = row_mask & (index < hidden_size)
         x = tl.load(input_row + index * input_column_stride, mask=mask, other=0.0)
         if x.dtype == tl.bfloat16:
             x = (x.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(
                 tl.float32, bitcast=True
             )
-        w = tl.load(weight_ptr + index * weight_stride, mask=mask, other=0.0)
+        w = tl.load(
+            weight_ptr + index * weight_stride, mask=index < hidden_size, other=0.0
+        )
         if w.dtype == tl.bfloat16:
             w = (w.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(
                 tl.float32, bitcast=True
@@ -104,9 +117,12 @@ class TritonJitRmsNorm(RmsNorm, TritonJitOperator):
             self, input.shape[:-1], input.strides[:-1], out.strides[:-1]
         )
         self.empty = rows == 0 or hidden == 0
-        self.default_constexprs = {
-            "BLOCK_SIZE": min(max(next_power_of_two(hidden), 16), 4096)
-        }
+        block = min(max(next_power_of_two(hidden), 16), 4096)
+        # Short rows share a program (the interpreter runs a program as NumPy
+        # steps, so it takes more of them).
+        tile = 32768 if INTERPRETER else 2048
+        per_program = max(1, min(tile // block, next_power_of_two(max(rows, 1))))
+        self.default_constexprs = {"BLOCK_SIZE": block, "ROWS_PER_PROGRAM": per_program}
         self.overlap = OverlapGuard(out, (input, weight))
         self.setup_jit(
             getattr(args, "config", None),
@@ -114,6 +130,7 @@ class TritonJitRmsNorm(RmsNorm, TritonJitOperator):
                 input,
                 weight,
                 out,
+                rows,
                 inner_rows,
                 *input_strides,
                 input.strides[-1],
@@ -124,7 +141,7 @@ class TritonJitRmsNorm(RmsNorm, TritonJitOperator):
                 float(self.eps),
             ),
             tuning_values={"num_rows": rows, "hidden_size": hidden},
-            grid=lambda constexprs: (rows,),
+            grid=lambda constexprs: (-(-rows // constexprs["ROWS_PER_PROGRAM"]),),
         )
 
     def launch(self, stream, input, weight, out) -> None:
