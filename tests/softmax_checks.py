@@ -1,6 +1,6 @@
-"""Cases and checks shared by the softmax tests (`softmax`,
-`softmax_infinilm`, `scaled_softmax`, `scaled_softmax_infinilm`): one body
-per kind of check, parametrised by the operator's name."""
+"""The tests of the softmax operators (`softmax`, `softmax_infinilm`,
+`scaled_softmax`, `scaled_softmax_infinilm`), parametrised by the
+operator's name: each test module takes `softmax_tests(<its operator>)`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import infini.ops
-from tests.utils import empty_strided, randn_strided
+from tests.utils import Payload, empty_strided, randn_strided
 
 # float32: `exp(x - max)` carries the rounding of `x - max` (|x - max| ulps)
 # plus the exponential's own, a few ulps against the float64 reference.
@@ -129,3 +129,103 @@ def check_rejects_bad_arguments(op, device):
         call(op, integer, integer, -1, 1.0)
     with pytest.raises(ValueError, match=f"`{op}`: `out` is written but"):
         call(op, input, torch.empty(1, 5, device=device).expand(4, 5), -1, 1.0)
+
+
+def check_dtype_converts_input_first(op, input_dtype, dtype, rtol, atol, device, index):
+    input = randn_strided((5, 40), None, dtype=input_dtype, device=device) * 4
+    out_dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+
+    def run(input, out):
+        return call(op, input, out, 1, 1.0, dtype, index)
+
+    def expected(input, out):
+        return torch.softmax(input.to(out_dtype).double(), 1).to(out_dtype)
+
+    out = torch.empty(5, 40, dtype=out_dtype, device=device)
+    return Payload(run, expected, (input, out), rtol=rtol, atol=atol)
+
+
+def check_rejects_bad_dim_and_dtype(op, device):
+    function = getattr(infini.ops, op)
+    input = torch.randn(4, 5, device=device)
+    with pytest.raises(ValueError, match=f"`{op}`: `dim` must be in \\[-2, 1\\]"):
+        function(input, 2, None, torch.empty_like(input))
+    with pytest.raises(ValueError, match=f"`{op}`: `out` has dtype float32 but"):
+        function(input, 1, torch.float16, torch.empty_like(input))
+    with pytest.raises(TypeError, match="incompatible function arguments"):
+        function(input, 1.0, None, torch.empty_like(input))
+
+
+def check_scales(op, scale, device, index):
+    input = torch.randn(6, 50, device=device)
+    out = torch.empty_like(input)
+    call(op, input, out, -1, scale, index=index)
+    expected = torch.softmax(input.double() * scale, -1).float()
+    assert torch.allclose(out, expected, rtol=1e-5, atol=1e-7)
+    with pytest.raises(TypeError, match="incompatible function arguments"):
+        getattr(infini.ops, op)(input, "0.5", torch.empty_like(input))
+
+
+def softmax_tests(op: str) -> dict:
+    """The test functions of `op`'s test module, by name."""
+
+    @pytest.mark.parametrize(
+        "shape, dim, input_strides, out_strides, dtype, rtol, atol", list(params())
+    )
+    def test_cases(
+        shape, dim, input_strides, out_strides, dtype, rtol, atol, device,
+        implementation_index,
+    ):  # fmt: skip
+        check_cases(
+            op, shape, dim, input_strides, out_strides, dtype, rtol, atol, device,
+            implementation_index,
+        )  # fmt: skip
+
+    def test_float64_and_special_values(device, implementation_index):
+        check_float64_and_special_values(op, device, implementation_index)
+
+    def test_in_place_and_overlap(device, implementation_index):
+        check_in_place_and_overlap(op, device, implementation_index)
+
+    def test_rejects_bad_arguments(device):
+        check_rejects_bad_arguments(op, device)
+
+    tests = {
+        f"test_{op}": test_cases,
+        f"test_{op}_float64_and_special_values": test_float64_and_special_values,
+        f"test_{op}_in_place_and_overlap": test_in_place_and_overlap,
+        f"test_{op}_rejects_bad_arguments": test_rejects_bad_arguments,
+    }
+    if op.startswith("scaled_"):
+
+        @pytest.mark.parametrize("scale", [0.0, -1.5, 30.0])
+        def test_scales(scale, device, implementation_index):
+            check_scales(op, scale, device, implementation_index)
+
+        tests[f"test_{op}_scales"] = test_scales
+    else:
+
+        @pytest.mark.auto_act_and_assert
+        @pytest.mark.parametrize(
+            "input_dtype, dtype, rtol, atol",
+            [
+                (torch.float16, torch.float32, 1e-5, 1e-7),
+                (torch.float32, torch.bfloat16, 1e-2, 1e-2),
+                (torch.bfloat16, "float64", 1e-12, 1e-15),
+            ],
+        )
+        def test_dtype_converts_input_first(
+            input_dtype, dtype, rtol, atol, device, implementation_index
+        ):
+            return check_dtype_converts_input_first(
+                op, input_dtype, dtype, rtol, atol, device, implementation_index
+            )
+
+        def test_rejects_bad_dim_and_dtype(device):
+            check_rejects_bad_dim_and_dtype(op, device)
+
+        tests[f"test_{op}_dtype_converts_input_first"] = test_dtype_converts_input_first
+        tests[f"test_{op}_rejects_bad_dim_and_dtype"] = test_rejects_bad_dim_and_dtype
+    for name, test in tests.items():
+        test.__name__ = test.__qualname__ = name
+    return tests

@@ -1,47 +1,6 @@
-import pytest
-import torch
+"""`scaled_softmax`: ``out = softmax(input.float() * scale, -1)``; the cases
+and checks are in `tests/softmax_checks.py`, shared with `softmax`."""
 
-import infini.ops
-from tests import softmax_checks
+from tests.softmax_checks import softmax_tests
 
-OP = "scaled_softmax"
-
-
-@pytest.mark.parametrize(
-    "shape, dim, input_strides, out_strides, dtype, rtol, atol",
-    list(softmax_checks.params()),
-)
-def test_scaled_softmax(
-    shape, dim, input_strides, out_strides, dtype, rtol, atol, device,
-    implementation_index,
-):  # fmt: skip
-    softmax_checks.check_cases(
-        OP, shape, dim, input_strides, out_strides, dtype, rtol, atol, device,
-        implementation_index,
-    )  # fmt: skip
-
-
-@pytest.mark.parametrize("scale", [0.0, -1.5, 30.0])
-def test_scaled_softmax_scales(scale, device, implementation_index):
-    input = torch.randn(6, 50, device=device)
-    out = torch.empty_like(input)
-    infini.ops.scaled_softmax(
-        input, scale, out, implementation_index=implementation_index
-    )
-    expected = torch.softmax(input.double() * scale, -1).float()
-    assert torch.allclose(out, expected, rtol=1e-5, atol=1e-7)
-
-
-def test_scaled_softmax_float64_and_special_values(device, implementation_index):
-    softmax_checks.check_float64_and_special_values(OP, device, implementation_index)
-
-
-def test_scaled_softmax_in_place_and_overlap(device, implementation_index):
-    softmax_checks.check_in_place_and_overlap(OP, device, implementation_index)
-
-
-def test_scaled_softmax_rejects_bad_arguments(device):
-    softmax_checks.check_rejects_bad_arguments(OP, device)
-    input = torch.randn(4, 5, device=device)
-    with pytest.raises(TypeError, match="incompatible function arguments"):
-        infini.ops.scaled_softmax(input, "0.5", torch.empty_like(input))
+globals().update(softmax_tests("scaled_softmax"))

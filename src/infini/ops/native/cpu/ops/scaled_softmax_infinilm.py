@@ -4,32 +4,13 @@ from __future__ import annotations
 
 from infini.ops.base.scaled_softmax_infinilm import ScaledSoftmaxInfinilm
 from infini.ops.core.registry import implementation
-from infini.ops.native.cpu.rows import precompile_calls, softmax_launch
+from infini.ops.native.cpu.causal_softmax import SoftmaxLaunch
 
 
 @implementation(operator="scaled_softmax_infinilm", devices=("cpu",), slot=0)
-class CpuScaledSoftmaxInfinilm(ScaledSoftmaxInfinilm):
+class CpuScaledSoftmaxInfinilm(SoftmaxLaunch, ScaledSoftmaxInfinilm):
+    precompile_scalars = (0.125,)
+
     def __init__(self, args) -> None:
         super().__init__(args)
-        input, out = args.input, args.out
-        self.launch_rows = softmax_launch(
-            input, out, input.ndim - 1, self.scale, causal=False
-        )
-
-    def launch(self, stream, input, out) -> None:
-        self.launch_rows(out, input)
-
-    @classmethod
-    def precompile(cls) -> int:
-        import torch
-
-        import infini.ops
-
-        def call(dtype, shape):
-            input = torch.zeros(shape, dtype=dtype)
-            out = torch.empty_like(input)
-            infini.ops.scaled_softmax_infinilm(
-                input, 0.125, out, implementation_index=0
-            )
-
-        return precompile_calls(call)
+        self.plan(args.input, args.out, args.input.ndim - 1, self.scale)
