@@ -230,6 +230,12 @@ def unwrap_jit(fn):
     return fn
 
 
+def _gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count()
+
+
 def _torch_device_guard(device):
     import torch
 
@@ -327,7 +333,9 @@ class Launch:
                 constexprs[name] for name in kernel.constexpr_names
             ]
             self._variant(True)
-            self._call = self._direct
+            # A kernel loaded for one GPU launches with that GPU current; with
+            # a single GPU it always is.
+            self._call = self._direct_on_device if _gpu_count() > 1 else self._direct
         else:
             self._call = self._through_triton
 
@@ -371,6 +379,10 @@ class Launch:
             None,
             *args,
         )
+
+    def _direct_on_device(self, stream, tensors) -> None:
+        with _torch_device_guard(self.device):
+            self._direct(stream, tensors)
 
     # -- interpreter and other backends: `kernel[grid](...)` --------------------
 
