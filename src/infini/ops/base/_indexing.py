@@ -12,7 +12,8 @@ from __future__ import annotations
 from infini.ops.core.operator import Operator
 
 INDEX_DTYPES = ("int32", "int64")
-FLOAT_DTYPES = ("float32", "float16", "bfloat16")
+# The value dtypes these operators support (float64 is left out, as on GPUs).
+VALUE_DTYPES = ("float32", "float16", "bfloat16")
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
 
 

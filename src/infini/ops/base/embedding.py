@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from infini.ops.core.operator import Operator
 
-from ._indexing import FLOAT_DTYPES, INDEX_DTYPES, check_index_range
+from ._indexing import INDEX_DTYPES, VALUE_DTYPES, check_index_range
 
 
 class Embedding(Operator):
@@ -47,7 +47,7 @@ class Embedding(Operator):
         super().__init__(args)
         input, weight, out = args.input, args.weight, args.out
         self.require_dtype("input", input, INDEX_DTYPES)
-        self.require_dtype("weight", weight, FLOAT_DTYPES)
+        self.require_dtype("weight", weight, VALUE_DTYPES)
         self.require_same_dtype("weight", {"weight": weight, "out": out})
         self.require_ndim("weight", weight, (2,))
         self.num_embeddings, dim = weight.shape

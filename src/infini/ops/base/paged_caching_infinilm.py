@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from infini.ops.core.operator import Operator
 
-from ._indexing import FLOAT_DTYPES, INDEX_DTYPES, check_slots
+from ._indexing import INDEX_DTYPES, VALUE_DTYPES, check_slots
 
 
 class PagedCachingInfinilm(Operator):
@@ -34,7 +34,7 @@ class PagedCachingInfinilm(Operator):
         super().__init__(args)
         k, v, slot_mapping = args.k, args.v, args.slot_mapping
         k_cache, v_cache = args.k_cache, args.v_cache
-        self.require_dtype("k", k, FLOAT_DTYPES)
+        self.require_dtype("k", k, VALUE_DTYPES)
         self.require_same_dtype(
             "k", {"k": k, "v": v, "k_cache": k_cache, "v_cache": v_cache}
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from infini.ops.core.operator import Operator
 
-from ._indexing import FLOAT_DTYPES, INDEX_DTYPES, check_index_range
+from ._indexing import INDEX_DTYPES, VALUE_DTYPES, check_index_range
 
 
 class RotaryEmbedding(Operator):
@@ -43,8 +43,8 @@ class RotaryEmbedding(Operator):
         cache = args.cos_sin_cache
         head_size, offset = args.head_size, args.rope_dim_offset
         self.require_dtype("positions", positions, INDEX_DTYPES)
-        self.require_dtype("query", query, FLOAT_DTYPES)
-        self.require_dtype("cos_sin_cache", cache, FLOAT_DTYPES)
+        self.require_dtype("query", query, VALUE_DTYPES)
+        self.require_dtype("cos_sin_cache", cache, VALUE_DTYPES)
         if key is not None:
             self.require_same_dtype("query", {"query": query, "key": key})
         self.require_ndim("positions", positions, (1, 2))

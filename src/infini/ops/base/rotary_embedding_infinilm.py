@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from infini.ops.core.operator import Operator
 
-from ._indexing import FLOAT_DTYPES, INDEX_DTYPES, check_index_range
+from ._indexing import INDEX_DTYPES, VALUE_DTYPES, check_index_range
 
 
 class RotaryEmbeddingInfinilm(Operator):
@@ -38,10 +38,10 @@ class RotaryEmbeddingInfinilm(Operator):
         super().__init__(args)
         input, pos_ids, out = args.input, args.pos_ids, args.out
         sin_table, cos_table = args.sin_table, args.cos_table
-        self.require_dtype("input", input, FLOAT_DTYPES)
+        self.require_dtype("input", input, VALUE_DTYPES)
         self.require_same_dtype("input", {"input": input, "out": out})
         self.require_dtype("pos_ids", pos_ids, INDEX_DTYPES)
-        self.require_dtype("sin_table", sin_table, FLOAT_DTYPES)
+        self.require_dtype("sin_table", sin_table, VALUE_DTYPES)
         self.require_same_dtype(
             "sin_table", {"sin_table": sin_table, "cos_table": cos_table}
         )
