@@ -32,6 +32,14 @@ from .numeric import bits_float32
 # Keys per tile of the online kernel.
 KEY_TILE = 64
 
+# Prefill sequences with at least this many query tokens take the BLAS path.
+PAGED_BLAS_TOKENS = 64
+# Query tokens per block of the BLAS path.
+PAGED_BLAS_BLOCK = 128
+
+# The `slopes` argument of `probability_kernel` when there is no ALiBi.
+NO_SLOPES = np.zeros(1, np.float32)
+
 _LOG2_E = np.float32(1.4426950408889634)
 
 
@@ -264,34 +272,41 @@ def sdpa_online_kernel(dtype: str):
 def probability_kernel():
     """Turns a contiguous float32 block of scores ``(batches, rows, count)``
     (query rows ``first..`` against keys ``0..count``) into attention
-    probabilities in place: mask (float32, added), causal limit
-    (``j <= i``), softmax, then the dropout multipliers. Mask and noise
-    element ``(b, i, j)`` are at ``offsets[0|1, b] + i * row_step + j *
-    col_step`` (noise rows are `keys` long). A row with nothing visible
-    becomes 0."""
+    probabilities in place: ALiBi bias ``slopes[b] * (j - (i + shift))``,
+    mask (float32, added), causal limit ``j <= i + shift``, softmax, then the
+    dropout multipliers. Mask and noise element ``(b, i, j)`` are at
+    ``offsets[0|1, b] + i * row_step + j * col_step`` (noise rows are `keys`
+    long). A row with nothing visible becomes 0."""
 
     def row_body(
         task,
         scores,
         m,
         noise,
+        slopes,
         offsets,
         first,
+        shift,
         m_row,
         m_col,
         keys,
         causal,
         masked,
         dropout,
+        alibi,
     ):
         batches, rows, count = scores.shape
         b = task // rows
         r = task - b * rows
         i = first + r
         row = scores[b, r]
-        visible = min(count, i + 1) if causal else count
+        visible = max(min(count, i + 1 + shift), 0) if causal else count
         for j in range(visible, count):
             row[j] = -np.inf
+        if alibi:
+            slope = slopes[b]
+            for j in range(visible):
+                row[j] += slope * np.float32(j - i - shift)
         if masked:
             base = offsets[0, b] + i * m_row
             for j in range(visible):
@@ -325,14 +340,17 @@ def probability_kernel():
         noise_address,
         mask_span,
         noise_span,
+        slopes,
         offsets,
         first,
+        shift,
         m_row,
         m_col,
         keys,
         causal,
         masked,
         dropout,
+        alibi,
     ):
         m = element_array(mask_address, mask_span, np.float32)
         noise = element_array(noise_address, noise_span, np.float32)
@@ -343,14 +361,17 @@ def probability_kernel():
                 scores,
                 m,
                 noise,
+                slopes,
                 offsets,
                 first,
+                shift,
                 m_row,
                 m_col,
                 keys,
                 causal,
                 masked,
                 dropout,
+                alibi,
             )
 
     return kernel(run, parallel=True)
@@ -391,6 +412,7 @@ def paged_attention_kernel(
         prefill,
         has_alibi,
         block_tokens,
+        long_tokens,
         report,
     ):
         o = element_array(out_address, spans[0], storage)
@@ -446,7 +468,8 @@ def paged_attention_kernel(
                 if stop - start > n:
                     report[0], report[1], report[2] = s, stop - start, n
                     return 6
-                entries += (stop - start + block_tokens - 1) // block_tokens
+                if stop - start < long_tokens:
+                    entries += (stop - start + block_tokens - 1) // block_tokens
             else:
                 entries += 1
             for c in range((n + block_size - 1) // block_size):
@@ -464,6 +487,8 @@ def paged_attention_kernel(
             if prefill:
                 start = np.int64(cum[s * cum_step])
                 stop = np.int64(cum[(s + 1) * cum_step])
+                if stop - start >= long_tokens:
+                    continue
             else:
                 start, stop = s, s + 1
             for t in range(start, stop, block_tokens):
@@ -630,6 +655,7 @@ class PagedAttentionLaunch:
         ):
             target = staging_buffer(out)
         report = np.zeros(3, np.int64)
+        long_tokens = PAGED_BLAS_TOKENS if self.prefill else self.tokens + 1
         code = self.kernel(
             target.data_ptr(),
             q.data_ptr(),
@@ -646,9 +672,75 @@ class PagedAttentionLaunch:
             self.prefill,
             self.has_alibi,
             self.block_tokens,
+            long_tokens,
             report,
         )
         if code:
             raise self.index_error(int(code), *(int(x) for x in report))
+        if self.prefill and self.tokens >= PAGED_BLAS_TOKENS:
+            self._run_long(q, k_cache, v_cache, tables, lengths, cum, slopes, target)
         if target is not out:
             out.copy_(target)
+
+    def _run_long(self, q, k_cache, v_cache, tables, lengths, cum, slopes, out):
+        """The sequences with `PAGED_BLAS_TOKENS` query tokens or more (the
+        kernel skipped them, after checking every index): their pages are
+        gathered into float32 keys and values, and the products run as GEMMs
+        in blocks of query tokens, as in `scaled_dot_product_attention`."""
+        import torch
+
+        starts = cum.tolist()
+        sizes = lengths.tolist()
+        kv_heads, group = self.kv_heads, self.heads // self.kv_heads
+        head_size, block_size = self.head_size, self.block_size
+        probabilities = probability_kernel()
+        alibi = slopes is not None
+        slope_values = np.ascontiguousarray(slopes.numpy()) if alibi else NO_SLOPES
+        offsets = np.zeros((2, self.heads), np.int64)
+        for s in range(self.seqs):
+            start, stop, n = starts[s], starts[s + 1], sizes[s]
+            count = stop - start
+            if count < PAGED_BLAS_TOKENS:
+                continue
+            pages = tables[s, : -(-n // block_size)].long()
+            keys = k_cache[pages].transpose(0, 1).reshape(kv_heads, -1, head_size)
+            values = v_cache[pages].transpose(0, 1).reshape(kv_heads, -1, head_size)
+            keys = keys[:, :n].to(torch.float32)
+            values = values[:, :n].to(torch.float32)
+            queries = q[start:stop].to(torch.float32) * self.scale
+            # (kv heads, group, tokens, head size): a kv head's query heads
+            # become rows of one matrix.
+            queries = queries.permute(1, 0, 2).reshape(
+                kv_heads, group, count, head_size
+            )
+            shift = n - count
+            for first in range(0, count, PAGED_BLAS_BLOCK):
+                last = min(count, first + PAGED_BLAS_BLOCK)
+                rows = last - first
+                end = shift + last
+                block = queries[:, :, first:last].reshape(
+                    kv_heads, group * rows, head_size
+                )
+                scores = torch.matmul(block, keys[:, :end].transpose(1, 2))
+                probabilities(
+                    scores.numpy().reshape(self.heads, rows, end),
+                    0,
+                    0,
+                    0,
+                    0,
+                    slope_values,
+                    offsets,
+                    first,
+                    shift,
+                    0,
+                    0,
+                    end,
+                    True,
+                    False,
+                    False,
+                    alibi,
+                )
+                result = torch.matmul(scores, values[:, :end])
+                out[start + first : start + last] = result.view(
+                    self.heads, rows, head_size
+                ).transpose(0, 1)

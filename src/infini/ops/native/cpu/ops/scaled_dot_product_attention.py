@@ -18,6 +18,7 @@ import numpy as np
 from infini.ops.base.scaled_dot_product_attention import ScaledDotProductAttention
 from infini.ops.core.registry import implementation
 from infini.ops.native.cpu.attention import (
+    NO_SLOPES,
     overlaps,
     probability_kernel,
     sdpa_online_kernel,
@@ -264,14 +265,17 @@ class CpuScaledDotProductAttention(ScaledDotProductAttention):
                 noise_address,
                 self.mask_span,
                 self.noise_span,
+                NO_SLOPES,
                 self.attn_offsets,
                 first,
+                0,
                 m_row,
                 m_col,
                 self.S,
                 self.is_causal,
                 self.masked,
                 self.dropout,
+                False,
             )
             values = torch.matmul(scores, v[..., :end, :])
             if ratio > 1:
