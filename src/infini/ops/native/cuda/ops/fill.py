@@ -15,6 +15,7 @@ import triton.language as tl
 from infini.ops.base.fill import Fill
 from infini.ops.core.registry import implementation
 from infini.ops.core.tensor import TensorMeta
+from infini.ops.native.cuda import runtime
 from infini.ops.native.cuda.elementwise import (
     ElementwiseLaunch,
     bits_pointer,
@@ -27,7 +28,6 @@ from infini.ops.native.cuda.runtime import (
     Kernel,
     require_device,
     stream_context,
-    torch_device,
 )
 
 
@@ -67,7 +67,7 @@ class CudaFill(Fill):
         import torch
 
         out = args.out
-        device = torch_device(self.device)
+        device = runtime.torch_device(self.device)
         # The scalar as a 0-d "input" of the fill plan: stride 0 everywhere.
         scalar = TensorMeta((), (), out.dtype, out.device, out.torch_dtype)
         self.fill = ElementwiseLaunch(KERNEL, self.device, out, (scalar,))
