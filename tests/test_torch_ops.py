@@ -98,6 +98,9 @@ SCALAR_VALUES = {
     "interpolation": "linear",
     "mode": "reduced",
 }
+# Operators whose random indices collide, and whose parallel kernels then
+# pick a different winner from run to run.
+COLLIDING_INDICES = {"max_unpool2d", "max_unpool3d"}
 # Index-like tensor parameters get int64 values valid for every dimension;
 # mask-like ones get bools.
 INDEX_PARAMETERS = {"index", "indices", "sorter"}
@@ -326,6 +329,8 @@ def test_torch_op(op_meta, shape, dtype, rtol, atol, device):
         pytest.skip("low-precision reduction: order-dependent beyond the tolerance")
     if _is_random(entry):
         pytest.skip("random operator: no deterministic reference")
+    if name in COLLIDING_INDICES:
+        pytest.skip("random indices collide: the result depends on thread order")
     if shape == SHAPES[2] and name.startswith(LARGE_SHAPE_SKIPS):
         pytest.skip("dense linear algebra: covered at the smaller shapes")
 
