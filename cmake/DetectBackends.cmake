@@ -31,6 +31,24 @@ function(infini_ops_detect_torch)
   infini_ops_find_python_module(torch TORCH CANDIDATES ${candidates})
 
   if(TORCH_FOUND)
+    # The ATen generator reads torch's schema through `torchgen`, which
+    # needs PyYAML (torch itself does not depend on it).
+    execute_process(
+      COMMAND ${TORCH_COMMAND} -c "import yaml, torchgen"
+      RESULT_VARIABLE torchgen_result OUTPUT_QUIET ERROR_QUIET)
+    if(NOT torchgen_result EQUAL 0)
+      if(WITH_TORCH)
+        message(FATAL_ERROR
+          "`WITH_TORCH` requires `torchgen` and PyYAML importable by "
+          "${TORCH_PYTHON} to generate the ATen backend: "
+          "`python -m pip install pyyaml`, or turn `WITH_TORCH` off.")
+      endif()
+      message(STATUS
+        "PyTorch ${TORCH_VERSION} found (${TORCH_PYTHON}) but `import yaml, "
+        "torchgen` fails (install PyYAML for the ATen backend): WITH_TORCH "
+        "stays OFF")
+      return()
+    endif()
     set(_TORCH_PYTHON "${TORCH_PYTHON}" PARENT_SCOPE)
     set(_TORCH_PYTHON_COMMAND "${TORCH_COMMAND}" PARENT_SCOPE)
     set(where "${TORCH_PYTHON}")
