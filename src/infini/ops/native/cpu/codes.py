@@ -111,3 +111,27 @@ def load_real_row(target, n, f32, u16, code, base, step):
     else:
         for i in range(n):
             target[i] = bfloat16_bits_to_float32(u16[base + i * step])
+
+
+@helper
+def store_real_row(source, n, f32, u16, code, base, step):
+    """Writes the first `n` elements of the float32 array `source` from
+    `base` (every `step`), rounded to the selected view; the counterpart of
+    `load_real_row` (branches outside the loops, slices for contiguous
+    rows, so the loops vectorise)."""
+    if step == 1:
+        if code == 0:
+            row32 = f32[base : base + n]
+            for i in range(n):
+                row32[i] = source[i]
+        else:
+            row16 = u16[base : base + n]
+            if code == 1:
+                for i in range(n):
+                    row16[i] = float32_to_float16_bits(source[i])
+            else:
+                for i in range(n):
+                    row16[i] = float32_to_bfloat16_bits(source[i])
+    else:
+        for i in range(n):
+            store_real(f32, u16, code, base + i * step, source[i])

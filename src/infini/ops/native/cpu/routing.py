@@ -26,6 +26,7 @@ from .codes import (
     real_code,
     store_integer,
     store_real,
+    store_real_row,
 )
 from .elementwise import AliasGuard, staging_like
 from .jit import helper, kernel
@@ -300,17 +301,25 @@ def grouped_topk_kernels():
 
 @helper
 def accumulate_row(total, x32, x16, code, base, step, hidden):
-    # The dtype branch sits outside the loop, and contiguous rows are walked
-    # through a slice (indices known to be non-negative), so the loop
-    # vectorises.
-    if code == 0:
-        if step == 1:
-            row = x32[base : base + hidden]
+    # The dtype branch sits outside the loops, and contiguous rows are walked
+    # through slices (indices known to be non-negative), so the loops
+    # vectorise (16-bit rows widen eight or sixteen lanes at a time).
+    if step == 1:
+        if code == 0:
+            row32 = x32[base : base + hidden]
             for h in range(hidden):
-                total[h] += row[h]
+                total[h] += row32[h]
         else:
-            for h in range(hidden):
-                total[h] += x32[base + h * step]
+            row16 = x16[base : base + hidden]
+            if code == 1:
+                for h in range(hidden):
+                    total[h] += float16_bits_to_float32(row16[h])
+            else:
+                for h in range(hidden):
+                    total[h] += bfloat16_bits_to_float32(row16[h])
+    elif code == 0:
+        for h in range(hidden):
+            total[h] += x32[base + h * step]
     elif code == 1:
         for h in range(hidden):
             total[h] += float16_bits_to_float32(x16[base + h * step])
@@ -333,8 +342,16 @@ def _moe_sum_run(
     map8 = element_array(addresses[3], spans[3], np.uint8)
     map32 = element_array(addresses[3], spans[3], np.int32)
     map64 = element_array(addresses[3], spans[3], np.int64)
-    has_ids = codes[2] != 0
-    has_map = codes[3] != 0
+    # Scalars read once: the compiler cannot keep array elements in registers
+    # across stores to other arrays (they might alias), and a reload in the
+    # inner loops blocks their vectorisation.
+    output_code, input_code = codes[0], codes[1]
+    id_code, map_code = codes[2], codes[3]
+    has_ids = id_code != 0
+    has_map = map_code != 0
+    output_row, output_step = strides[0, 0], strides[0, 1]
+    input_row, input_slot, input_step = strides[1, 0], strides[1, 1], strides[1, 2]
+    id_row, id_slot, map_step = strides[2, 0], strides[2, 1], strides[3, 0]
     for chunk in prange(chunks):
         first = chunk * tokens // chunks
         last = (chunk + 1) * tokens // chunks
@@ -343,25 +360,21 @@ def _moe_sum_run(
             total[:] = 0.0
             for j in range(topk):
                 if has_ids:
-                    offset = t * strides[2, 0] + j * strides[2, 1]
-                    expert = load_integer(id8, id32, id64, codes[2], offset)
+                    offset = t * id_row + j * id_slot
+                    expert = load_integer(id8, id32, id64, id_code, offset)
                     if has_map:
                         if expert < 0 or expert >= map_size:
                             continue
                         expert = load_integer(
-                            map8, map32, map64, codes[3], expert * strides[3, 0]
+                            map8, map32, map64, map_code, expert * map_step
                         )
                     if expert < 0:
                         continue
-                base = t * strides[1, 0] + j * strides[1, 1]
-                accumulate_row(total, x32, x16, codes[1], base, strides[1, 2], hidden)
-            out_base = t * strides[0, 0]
-            if codes[0] == 0 and strides[0, 1] == 1:
-                o32[out_base : out_base + hidden] = total
-            else:
-                for h in range(hidden):
-                    step = strides[0, 1]
-                    store_real(o32, o16, codes[0], out_base + h * step, total[h])
+                base = t * input_row + j * input_slot
+                accumulate_row(total, x32, x16, input_code, base, input_step, hidden)
+            store_real_row(
+                total, hidden, o32, o16, output_code, t * output_row, output_step
+            )
 
 
 @cache
