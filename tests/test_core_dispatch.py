@@ -193,3 +193,125 @@ def test_profiling_helpers_say_profiling_is_not_compiled():
     ):
         with pytest.raises(RuntimeError, match="host range profiling is not compiled"):
             call()
+
+
+def _entry(name):
+    return infini.ops._entries[name]
+
+
+def test_float_scalars_key_the_sign_of_zero_and_of_nan():
+    # `-0.0 == 0.0` and `nan != nan`: keyed by value, the first would reuse
+    # the operator built for the other sign and the second would never hit.
+    infini.ops.Fill.clear_cache()
+    out = torch.ones(5)
+    infini.ops.fill(out, 0.0, out)
+    infini.ops.fill(out, -0.0, out)
+    assert bool(out.signbit().all())
+    infini.ops.fill(out, 0.0, out)
+    assert not bool(out.signbit().any())
+    assert len(_entry("fill")._local.cache) == 2
+    for _ in range(10):
+        infini.ops.fill(out, float("nan"), out)
+    assert bool(out.isnan().all()) and not bool(out.signbit().any())
+    infini.ops.fill(out, -float("nan"), out)
+    assert bool(out.isnan().all()) and bool(out.signbit().all())
+    assert len(_entry("fill")._local.cache) == 4
+
+
+def test_cache_is_bounded(monkeypatch):
+    from infini.ops.core import dispatch
+
+    monkeypatch.setattr(dispatch, "CACHE_LIMIT", 4)
+    infini.ops.Add.clear_cache()
+    for size in range(1, 11):
+        x = torch.randn(size)
+        out = torch.empty(size)
+        infini.ops.add(x, x, out)
+        assert torch.equal(out, 2 * x)
+        assert len(_entry("add")._local.cache) <= 4
+
+
+def _seeded_sample(seed, offset=0):
+    logits = torch.zeros(64, 16)
+    out = torch.empty(64, dtype=torch.int64)
+    infini.ops.top_k_top_p_sample_infinilm(logits, None, None, seed, offset, out)
+    return out
+
+
+def test_new_seeds_reuse_one_operator_and_stay_reproducible():
+    infini.ops.TopKTopPSampleInfinilm.clear_cache()
+    first = _seeded_sample(42).clone()
+    for seed in range(1000):
+        _seeded_sample(seed, seed)
+    assert len(_entry("top_k_top_p_sample_infinilm")._local.cache) == 1
+    assert torch.equal(_seeded_sample(42), first)
+    assert not torch.equal(_seeded_sample(43), first)
+    assert not torch.equal(_seeded_sample(42, 1), first)
+    # The cached operator gives what a freshly built one gives.
+    for seed in (7, -5, 2**64 - 1, 2**70 + 3):
+        cached = _seeded_sample(seed).clone()
+        infini.ops.TopKTopPSampleInfinilm.clear_cache()
+        assert torch.equal(_seeded_sample(seed), cached)
+
+
+def test_flashinfer_sampling_seeds_reuse_one_operator_per_seed_kind():
+    infini.ops.TopKTopPSamplingFromLogits.clear_cache()
+    logits = torch.zeros(64, 16)
+    top_k = torch.tensor([0], dtype=torch.int32)
+    top_p = torch.tensor([1.0])
+    out = torch.empty(64, dtype=torch.int64)
+
+    def sample(seed, offset):
+        infini.ops.top_k_top_p_sampling_from_logits(
+            logits, top_k, top_p, None, "top_k_first", False, False, seed, offset, out
+        )
+        return out.clone()
+
+    first = sample(1, 2)
+    for seed in range(1000):
+        sample(seed, seed + 1)
+    assert len(_entry("top_k_top_p_sampling_from_logits")._local.cache) == 1
+    assert torch.equal(sample(1, 2), first)
+    assert not torch.equal(sample(2, 2), first)
+    # Without a seed the operator draws one from torch's generator.
+    torch.manual_seed(0)
+    unseeded = sample(None, None)
+    torch.manual_seed(0)
+    assert torch.equal(sample(None, None), unseeded)
+    assert len(_entry("top_k_top_p_sampling_from_logits")._local.cache) == 2
+
+
+def test_random_values_reuse_one_operator_and_are_checked_on_every_call():
+    infini.ops.RandomSampleInfinilm.clear_cache()
+    generator = torch.Generator().manual_seed(3)
+    logits = torch.randn(1000, generator=generator)
+    out = torch.empty((), dtype=torch.int64)
+    results = {}
+    for step in range(1000):
+        random_val = step / 1024
+        infini.ops.random_sample_infinilm(logits, random_val, 0.9, 50, 0.8, out)
+        results[random_val] = int(out)
+    assert len(_entry("random_sample_infinilm")._local.cache) == 1
+    assert len(set(results.values())) > 5
+    for random_val in (0.0, 0.25, 0.5, 999 / 1024):
+        infini.ops.RandomSampleInfinilm.clear_cache()
+        infini.ops.random_sample_infinilm(logits, random_val, 0.9, 50, 0.8, out)
+        assert int(out) == results[random_val]
+    # `topp`, `topk` and `temperature` also change without a rebuild.
+    infini.ops.random_sample_infinilm(logits, 0.5, 0.9, 1, 0.8, out)
+    assert int(out) == int(logits.argmax())
+    assert len(_entry("random_sample_infinilm")._local.cache) == 1
+    out.fill_(-1)
+    with pytest.raises(ValueError, match="`random_val` must be in \\[0, 1\\]"):
+        infini.ops.random_sample_infinilm(logits, 1.5, 0.9, 50, 0.8, out)
+    with pytest.raises(ValueError, match="`temperature` must be a finite"):
+        infini.ops.random_sample_infinilm(logits, 0.5, 0.9, 50, -1.0, out)
+    assert int(out) == -1
+
+
+def test_class_objects_take_call_scalars_from_each_call():
+    logits = torch.zeros(64, 16)
+    out = torch.empty(64, dtype=torch.int64)
+    sampler = infini.ops.TopKTopPSampleInfinilm(logits, None, None, 1, 0, out)
+    sampler(logits, None, None, 5, 0, out)
+    assert torch.equal(out, _seeded_sample(5))

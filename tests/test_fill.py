@@ -119,11 +119,6 @@ def test_fill_negative_zero(dtype, device, implementation_index):
     assert bool((out == 0).all()) and bool(out.signbit().all())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the dispatch cache keys scalars by value, and -0.0 == 0.0: a call "
-    "with -0.0 reuses the operator built for 0.0 (core/dispatch.py)",
-)
 def test_fill_negative_zero_after_positive_zero(device, implementation_index):
     out = torch.ones(5, device=device)
     _fill(out, 0.0, out, implementation_index)

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from infini.ops.core.operator import Operator
 
 LOGITS_DTYPES = ("float32", "float16", "bfloat16")
 TOKEN_DTYPES = ("int32", "int64")
 TOP_K_DTYPES = ("int32", "int64")
 TOP_P_DTYPES = ("float32", "float64")
+
+_MASK64 = (1 << 64) - 1
+
+
+def seed_bits(value: int) -> np.uint64:
+    """A seed or offset (a Python int of any sign and size) taken modulo
+    2**64, as the 64-bit unsigned value the kernels' counter-based generator
+    hashes."""
+    return np.uint64(int(value) & _MASK64)
 
 
 def check_logits(operator: Operator, name: str, meta) -> tuple[int, int]:

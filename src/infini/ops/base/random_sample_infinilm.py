@@ -31,6 +31,10 @@ class RandomSampleInfinilm(Operator):
         "temperature: float, out: Tensor!",
     )
 
+    # `random_val` is new on every call, and the sampling parameters change
+    # per request: none of them may build a new operator.
+    call_scalars = ("random_val", "topp", "topk", "temperature")
+
     def __init__(self, args) -> None:
         super().__init__(args)
         logits, out = args.logits, args.out
@@ -40,15 +44,22 @@ class RandomSampleInfinilm(Operator):
             raise self.error("`logits` must hold at least 1 token, got shape (0,).")
         self.require_dtype("out", out, TOKEN_DTYPES)
         self.require_ndim("out", out, (0,))
-        if not 0.0 <= args.random_val <= 1.0:
-            raise self.error(f"`random_val` must be in [0, 1], got {args.random_val}.")
-        if not args.temperature >= 0.0 or math.isinf(args.temperature):
+        self.vocab = logits.shape[0]
+        self.bind_call(args.random_val, args.topp, args.topk, args.temperature)
+
+    def bind_call(
+        self, random_val: float, topp: float, topk: int, temperature: float
+    ) -> None:
+        """Checks the call's sampling parameters and keeps them for `launch`
+        (`self.random_val`, `self.topp`, `self.topk`, `self.temperature`)."""
+        if not 0.0 <= random_val <= 1.0:
+            raise self.error(f"`random_val` must be in [0, 1], got {random_val}.")
+        if not temperature >= 0.0 or math.isinf(temperature):
             raise self.error(
                 "`temperature` must be a finite non-negative number, got "
-                f"{args.temperature}."
+                f"{temperature}."
             )
-        if math.isnan(args.topp):
+        if math.isnan(topp):
             raise self.error("`topp` must be a number, got nan.")
-        self.vocab = logits.shape[0]
-        self.random_val, self.topp = args.random_val, args.topp
-        self.topk, self.temperature = args.topk, args.temperature
+        self.random_val, self.topp = random_val, topp
+        self.topk, self.temperature = topk, temperature

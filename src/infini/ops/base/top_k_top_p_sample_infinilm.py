@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from infini.ops.base._sampling import TopKTopPSampling
+from infini.ops.base._sampling import TopKTopPSampling, seed_bits
 
 
 class TopKTopPSampleInfinilm(TopKTopPSampling):
@@ -23,3 +23,14 @@ class TopKTopPSampleInfinilm(TopKTopPSampling):
         "out: Tensor!",
     )
     defaults = {"k": None, "p": None}
+    # A new seed or offset on every call must not build a new operator.
+    call_scalars = ("seed", "offset")
+
+    def __init__(self, args) -> None:
+        super().__init__(args)
+        self.bind_call(args.seed, args.offset)
+
+    def bind_call(self, seed: int, offset: int) -> None:
+        """`self.seed` and `self.offset`: the call's values modulo 2**64
+        (`numpy.uint64`), read by `launch`."""
+        self.seed, self.offset = seed_bits(seed), seed_bits(offset)

@@ -3,7 +3,7 @@ sampling."""
 
 from __future__ import annotations
 
-from infini.ops.base._sampling import TopKTopPSampling
+from infini.ops.base._sampling import TopKTopPSampling, seed_bits
 
 FILTER_APPLY_ORDERS = ("top_k_first", "joint")
 
@@ -44,6 +44,8 @@ class TopKTopPSamplingFromLogits(TopKTopPSampling):
     p_name = "top_p"
     host_tensors = ("top_k", "top_p")
     optional_filters = False
+    # A new seed or offset on every call must not build a new operator.
+    call_scalars = ("seed", "offset")
 
     def __init__(self, args) -> None:
         super().__init__(args)
@@ -54,3 +56,11 @@ class TopKTopPSamplingFromLogits(TopKTopPSampling):
             )
         self.joint = args.filter_apply_order == "joint"
         self.check_nan = bool(args.check_nan)
+        self.bind_call(args.seed, args.offset)
+
+    def bind_call(self, seed: int | None, offset: int | None) -> None:
+        """`self.seed`: the call's seed modulo 2**64 (`numpy.uint64`), or None
+        (draw one from torch's generator); `self.offset`: the offset modulo
+        2**64, 0 when None. Read by `launch`."""
+        self.seed = None if seed is None else seed_bits(seed)
+        self.offset = seed_bits(offset or 0)

@@ -6,11 +6,17 @@ One `OperatorEntry` per operator of the build. A free-function call
    depended on types only; otherwise resolved with `signature.resolve`);
 2. computes the cache key: the implementation index, the overload and the
    geometry (shape, strides, dtype, device) of every tensor plus the scalar
-   values, never data pointers;
+   values, never data pointers; floats are keyed so that ``-0.0`` and ``0.0``
+   (and NaNs of either sign) build different operators;
 3. looks the key up in a per-thread map; on a miss it resolves the device and
    the slot, imports the implementation, and builds (validates and plans) the
    operator;
 4. launches the operator on the caller's tensors.
+
+Scalars that a base lists in `call_scalars` (seeds, random numbers) are
+per-call data: the key holds only their types, and the call hands their
+values to the cached operator (`Operator.bind_call`) before it launches, so
+sampling with a new seed on every call reuses one operator.
 
 The cached path therefore costs a type-tuple lookup, a key, a dict lookup and
 the launch.
@@ -20,6 +26,8 @@ from __future__ import annotations
 
 import gc
 import importlib
+import operator as _operator
+import struct
 import threading
 from collections.abc import Callable
 
@@ -28,7 +36,10 @@ from .devices import DeviceMap
 from .errors import OperatorError, describe_value
 from .operator import Arguments, Operator
 from .signature import (
+    BOOL,
+    FLOAT,
     FLOAT_LIST,
+    INT,
     INT_LIST,
     INT_LIST_LIST,
     OPTIONAL_TENSOR,
@@ -41,6 +52,11 @@ from .signature import (
 )
 from .tensor import read_meta
 
+# Operators one thread keeps per operator before its cache is emptied: far
+# more geometries than a model uses, few enough to bound the memory when a
+# caller varies shapes or scalars on every call.
+CACHE_LIMIT = 4096
+
 
 def snake_to_pascal(name: str) -> str:
     return "".join(part[:1].upper() + part[1:] for part in name.split("_"))
@@ -50,18 +66,29 @@ class BoundOverload:
     """An overload plus the generated functions the hot path uses."""
 
     def __init__(
-        self, overload: Overload, canonical_tensors: tuple[str, ...], cpu_only: bool
+        self,
+        overload: Overload,
+        canonical_tensors: tuple[str, ...],
+        cpu_only: bool,
+        call_scalars: tuple[str, ...] = (),
+        defaults: dict | None = None,
     ) -> None:
         self.overload = overload
         self.index = overload.index
-        self.key = _compile_key_function(overload, cpu_only)
+        self.key = _compile_key_function(overload, cpu_only, call_scalars)
         self.tensors = _compile_tensor_getter(overload, canonical_tensors)
+        self.run = _compile_runner(
+            overload, canonical_tensors, call_scalars, defaults or {}
+        )
 
 
-def _compile_key_function(overload: Overload, cpu_only: bool) -> Callable:
+def _compile_key_function(
+    overload: Overload, cpu_only: bool, call_scalars: tuple[str, ...] = ()
+) -> Callable:
     """`key(values, implementation_index)`: a flat tuple identifying the call:
     the slot, the overload, each tensor's geometry and each scalar's type and
-    value (the type, because `1` and `1.0` bind differently). Raises
+    value (the type, because `1` and `1.0` bind differently); only the type
+    for `call_scalars`, whose values reach the operator at call time. Raises
     (AttributeError, TypeError, ...) when a value is not what its parameter
     needs, or is a scalar of an unusual type; the caller then takes the slow
     path, which reports problems properly and builds without caching."""
@@ -87,10 +114,25 @@ def _compile_key_function(overload: Overload, cpu_only: bool) -> Callable:
             )
         elif kind in (INT_LIST, FLOAT_LIST, INT_LIST_LIST):
             lines.append(f"        _sequence_key({value}),")
+        elif parameter.name in call_scalars:
+            lines.append(f"        _SCALAR_TYPES[type({value})],")
+        elif kind == FLOAT:
+            # `-0.0 == 0.0` and `nan != nan`: zeros and NaNs are keyed by
+            # their bits (bytes never equal a float), other floats by value.
+            # The test costs two comparisons; the common case no call.
+            present = f"{value} is None or " if parameter.optional else ""
+            lines.append(
+                f"        _SCALAR_TYPES[type({value})], {value} if {present}"
+                f"({value} == {value} and {value}) else _float_bits({value}),"
+            )
         else:
             lines.append(f"        _SCALAR_TYPES[type({value})], {value},")
     lines.append("    )")
-    namespace: dict = {"_SCALAR_TYPES": _SCALAR_TYPES, "_sequence_key": _sequence_key}
+    namespace: dict = {
+        "_SCALAR_TYPES": _SCALAR_TYPES,
+        "_sequence_key": _sequence_key,
+        "_float_bits": _float_bits,
+    }
     exec("\n".join(lines), namespace)  # noqa: S102 - generated from overload specs
     return namespace["key"]
 
@@ -100,13 +142,19 @@ def _compile_key_function(overload: Overload, cpu_only: bool) -> Callable:
 _SCALAR_TYPES = {t: t for t in (int, float, bool, str, type(None))}
 
 
+_float_bits = struct.Struct("<d").pack
+
+
 def _sequence_key(value):
     if value is None:
         return None
     return tuple(
         _sequence_key(item)
         if isinstance(item, (list, tuple))
-        else (_SCALAR_TYPES[type(item)], item)
+        else (
+            _SCALAR_TYPES[type(item)],
+            _float_bits(item) if type(item) is float else item,
+        )
         for item in value
     )
 
@@ -123,6 +171,54 @@ def _compile_tensor_getter(overload: Overload, canonical_tensors: tuple[str, ...
     namespace: dict = {}
     exec(source, namespace)  # noqa: S102 - generated from overload specs
     return namespace["tensors"]
+
+
+# Conversions of call-scalar values to the types the operator was built with
+# (as `signature.convert` does on the slow path; the key has checked the
+# value's type already).
+_CALL_SCALAR_CONVERSIONS = {FLOAT: "float", INT: "_index", BOOL: "bool"}
+
+
+def _compile_runner(
+    overload: Overload,
+    canonical_tensors: tuple[str, ...],
+    call_scalars: tuple[str, ...],
+    defaults: dict,
+) -> Callable:
+    """`run(operator, stream, values)`: hands the operator the values of its
+    `call_scalars` (if any) and launches it on the call's canonical tensors.
+    One generated call instead of building a tuple and unpacking it keeps the
+    cached path as cheap as a plain `launch`."""
+    items = []
+    for name in canonical_tensors:
+        position = overload.position.get(name)
+        parameter = None if position is None else overload.parameters[position]
+        items.append(f"a[{position}]" if parameter and parameter.is_tensor else "None")
+    lines = ["def run(operator, stream, a):"]
+    namespace: dict = {"_index": _operator.index}
+    if call_scalars:
+        values = []
+        for number, name in enumerate(call_scalars):
+            position = overload.position.get(name)
+            if position is None:
+                # The overload lacks the parameter: the base's default, as
+                # the operator was built with.
+                namespace[f"_default{number}"] = defaults.get(name)
+                values.append(f"_default{number}")
+                continue
+            parameter = overload.parameters[position]
+            conversion = _CALL_SCALAR_CONVERSIONS.get(parameter.kind)
+            value = f"a[{position}]"
+            if conversion is not None:
+                converted = f"{conversion}({value})"
+                if parameter.optional:
+                    converted = f"(None if {value} is None else {converted})"
+                value = converted
+            values.append(value)
+        lines.append(f"    operator.bind_call({', '.join(values)})")
+    lines.append(f"    operator.launch(stream{''.join(', ' + i for i in items)})")
+    exec("\n".join(lines), namespace)  # noqa: S102 - generated from overload specs
+    return namespace["run"]
 
 
 class OperatorEntry:
@@ -174,8 +270,14 @@ class OperatorEntry:
                 )
             )
             cpu_only = self.device_map.platforms == ("cpu",)
+            base = self.base
+            call_scalars = getattr(base, "call_scalars", ())
+            defaults = getattr(base, "defaults", {})
             self._bound = tuple(
-                BoundOverload(o, self.canonical_tensors, cpu_only) for o in overloads
+                BoundOverload(
+                    o, self.canonical_tensors, cpu_only, call_scalars, defaults
+                )
+                for o in overloads
             )
             self._by_arity = _unique_arities(self._bound)
         return self._bound
@@ -231,7 +333,7 @@ class OperatorEntry:
                 else:
                     if tracing.TRACE_CALLS:
                         self._trace(operator)
-                    operator.launch(stream, *bound.tensors(values))
+                    bound.run(operator, stream, values)
                     return None
         bound, values = self._resolve(args, kwargs)
         try:
@@ -242,10 +344,14 @@ class OperatorEntry:
         if operator is None:
             operator = self._build(bound, values, implementation_index)
             if key is not None:
+                if len(cache) >= CACHE_LIMIT:
+                    # A bound on memory whatever callers vary (an LRU would
+                    # cost on every hit; emptying costs only rebuilds).
+                    cache.clear()
                 cache[key] = operator
         if tracing.TRACE_CALLS:
             self._trace(operator)
-        operator.launch(stream, *bound.tensors(values))
+        bound.run(operator, stream, values)
         return None
 
     def construct(self, args: tuple, kwargs: dict) -> tuple[Operator, tuple]:
@@ -266,7 +372,7 @@ class OperatorEntry:
                 "shape, strides, dtype or device from those it was built with; "
                 f"build a new `{self.class_name}` for them.",
             )
-        operator.launch(0, *bound.tensors(values))
+        bound.run(operator, 0, values)
 
     # -- the slow path ---------------------------------------------------------
 
@@ -408,7 +514,7 @@ class OperatorEntry:
         config = parse_config(config)
         bound, values = self._resolve(args, kwargs)
         operator = self._build(bound, values, implementation_index, config)
-        operator.launch(stream, *bound.tensors(values))
+        bound.run(operator, stream, values)
 
     def _trace(self, operator: Operator) -> None:
         tracing.trace_call(
@@ -467,7 +573,7 @@ def make_function(entry: OperatorEntry) -> Callable:
                     else:
                         if tracing.TRACE_CALLS:
                             entry._trace(operator)
-                        operator.launch(stream, *bound.tensors(args))
+                        bound.run(operator, stream, args)
                         return None
             return call(args, kwargs, stream, implementation_index, config)
 
@@ -490,7 +596,7 @@ def make_function(entry: OperatorEntry) -> Callable:
                     else:
                         if tracing.TRACE_CALLS:
                             entry._trace(operator)
-                        operator.launch(stream, *bound.tensors(args))
+                        bound.run(operator, stream, args)
                         return None
             return call(args, kwargs, stream, implementation_index)
 

@@ -41,7 +41,12 @@ class Operator:
     - `overloads`: the public overloads, in binding order;
     - `defaults`: values for parameters that some overloads lack;
     - `host_tensors`: tensor parameters that stay on the CPU whatever the
-      dispatch device (e.g. sampling parameters).
+      dispatch device (e.g. sampling parameters);
+    - `call_scalars`: scalar parameters whose values are per-call data (a
+      seed, a random number). The dispatcher keys its cache on their types
+      only and calls `bind_call` with their values, in this order, before
+      every launch; the base implements `bind_call` (validating the values
+      and storing what `launch` reads) and calls it from `__init__`.
     """
 
     name: str = ""
@@ -49,6 +54,7 @@ class Operator:
     overloads: tuple[str, ...] = ()
     defaults: dict = {}
     host_tensors: tuple[str, ...] = ()
+    call_scalars: tuple[str, ...] = ()
 
     implementation_slot: int = -1
     implementation_devices: tuple[str, ...] = ()
@@ -56,6 +62,14 @@ class Operator:
     def __init__(self, args: Arguments) -> None:
         self.device = args.device
         self._check_devices(args)
+
+    def bind_call(self, *values) -> None:
+        """Takes the call's values of `call_scalars` (converted to their
+        parameter types) for the launch that follows; raises like
+        construction does for values it rejects."""
+        raise NotImplementedError(
+            f"`{self.name}` lists `call_scalars` but does not implement `bind_call`"
+        )
 
     # Launching: implementations override this. `tensors` are the canonical
     # tensor parameters in order (lists for tensor lists, `None` for absent
