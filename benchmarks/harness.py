@@ -63,21 +63,32 @@ def _time_once(function: Callable, calls: int) -> float:
     return (time.perf_counter() - start) / calls
 
 
-def calibrate(function: Callable, target_seconds: float) -> int:
-    """Calls per round so that a round takes about `target_seconds`."""
+def calibrate(function: Callable, target_seconds: float) -> tuple[int, float]:
+    """Calls per round so that a round takes about `target_seconds`, and the
+    time of one call."""
     single = _time_once(function, 1)
-    return max(1, min(10000, int(target_seconds / max(single, 1e-7))))
+    return max(1, min(10000, int(target_seconds / max(single, 1e-7)))), single
 
 
 def time_pair(
-    ours: Callable, reference: Callable, rounds: int = 7, round_seconds: float = 0.02
+    ours: Callable,
+    reference: Callable,
+    rounds: int = 7,
+    round_seconds: float = 0.02,
+    max_seconds: float = 10.0,
 ) -> Timing:
-    """Each side's best mean time per call over `rounds` alternating rounds."""
+    """Each side's best mean time per call over `rounds` alternating rounds.
+
+    Points where one call takes seconds (torch's 16-bit CPU matrix products)
+    get fewer rounds, at least two, so that no side spends much more than
+    `max_seconds` timing one point."""
     for function in (ours, reference):
         function()  # compile, allocate, fault pages in
         function()
-    calls_ours = calibrate(ours, round_seconds)
-    calls_torch = calibrate(reference, round_seconds)
+    calls_ours, single_ours = calibrate(ours, round_seconds)
+    calls_torch, single_torch = calibrate(reference, round_seconds)
+    slowest = max(single_ours * calls_ours, single_torch * calls_torch)
+    rounds = max(2, min(rounds, int(max_seconds / max(slowest, 1e-9))))
     best_ours = best_torch = float("inf")
     for _ in range(rounds):
         best_ours = min(best_ours, _time_once(ours, calls_ours))
