@@ -1,0 +1,81 @@
+"""The CPU kernel disk cache: where it lives, that it survives a new process,
+and that another package version does not load its kernels."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("numba")
+
+# Runs `add` once and prints the number of Numba compilations and the
+# directory the kernels are cached in.
+_FIRST_CALL = """
+import json, torch, infini.ops
+from numba.core import event
+from infini.ops.native.cpu.jit import kernel_cache_dir
+x = torch.randn(5, 3)
+out = torch.empty(5, 3)
+with event.install_recorder("numba:compile") as recorder:
+    infini.ops.add(x, x, out, implementation_index=0)
+assert torch.equal(out, 2 * x)
+compiles = sum(1 for _, item in recorder.buffer if item.is_start)
+print(json.dumps({"compiles": compiles, "directory": str(kernel_cache_dir())}))
+"""
+
+
+def _first_call(cache: Path, manifest: str | None = None) -> dict:
+    environment = {**os.environ, "INFINI_OPS_CACHE_DIR": str(cache)}
+    if manifest is not None:
+        environment["INFINI_OPS_MANIFEST"] = manifest
+    result = subprocess.run(
+        [sys.executable, "-c", _FIRST_CALL],
+        env=environment,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def _manifest_with_version(tmp_path: Path, version: str) -> str:
+    """This build's manifest with another package version (an upgrade), with
+    the ATen metadata that must lie beside it."""
+    from infini.ops.core.manifest import (
+        MANIFEST_PATH,
+        TORCH_METADATA_NAME,
+        TORCH_METADATA_PATH,
+        load_manifest,
+    )
+
+    manifest = dict(load_manifest())
+    assert manifest.get("package_version") != version, MANIFEST_PATH
+    manifest["package_version"] = version
+    path = tmp_path / "manifest.json"
+    path.write_text(json.dumps(manifest), encoding="utf-8")
+    if TORCH_METADATA_PATH.is_file():
+        (tmp_path / TORCH_METADATA_NAME).write_bytes(TORCH_METADATA_PATH.read_bytes())
+    return str(path)
+
+
+def test_kernels_are_cached_under_the_override_and_survive_a_new_process(tmp_path):
+    cache = tmp_path / "cache"
+    first = _first_call(cache)
+    directory = Path(first["directory"])
+    assert first["compiles"] > 0
+    assert directory.parent == cache / "numba"
+    assert any(directory.rglob("*.nbi")), "no kernel index written"
+    again = _first_call(cache)
+    assert again == {"compiles": 0, "directory": first["directory"]}
+
+
+def test_another_package_version_does_not_load_the_cached_kernels(tmp_path):
+    cache = tmp_path / "cache"
+    first = _first_call(cache)
+    upgraded = _first_call(cache, _manifest_with_version(tmp_path, "999.0.0"))
+    assert upgraded["directory"] != first["directory"]
+    assert Path(upgraded["directory"]).name.startswith("999.0.0-")
+    assert upgraded["compiles"] > 0
