@@ -21,12 +21,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from llvmlite import ir
 from numba import types
-from numba.extending import intrinsic, overload
+from numba.extending import overload
 
 from .jit import helper
-from .numeric import bits_float32, float32_bits
+from .numeric import bits_float32, float32_bits, fma_float32
 
 # `exp` for float32 (the Cephes `expf` scheme): x = n ln2 + r with
 # |r| <= ln2 / 2, exp(r) by a degree-7 polynomial, and 2^n applied as two
@@ -149,52 +148,6 @@ def gelu_tanh_float64(x):
     return x * sigmoid(y)
 
 
-@intrinsic
-def _bits_float64(typingctx, bits):
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.DoubleType())
-
-    return types.float64(types.uint64), codegen
-
-
-# `exp` for float64 without a libm call (so that loops vectorise): the same
-# scheme as `exp_float32`, with fdlibm's split of ln 2 and a degree-8
-# Taylor polynomial (truncation error below 1e-9 relative). Only for float64
-# intermediates of float32 or 16-bit results, never for float64 outputs.
-_LOG2E64 = 1.4426950408889634
-_LN2_HIGH64 = 6.93147180369123816490e-01
-_LN2_LOW64 = 1.90821492927058770002e-10
-
-
-@helper
-def _exp_float64(x):
-    clamped = min(max(x, -745.0), 709.0)
-    n = np.floor(clamped * _LOG2E64 + 0.5)
-    r = (clamped - n * _LN2_HIGH64) - n * _LN2_LOW64
-    p = 1.0 + r * (
-        1.0
-        + r
-        * (
-            1.0 / 2
-            + r
-            * (
-                1.0 / 6
-                + r
-                * (
-                    1.0 / 24
-                    + r * (1.0 / 120 + r * (1.0 / 720 + r * (1.0 / 5040 + r / 40320)))
-                )
-            )
-        )
-    )
-    k = np.int64(n)
-    k_high = k >> 1
-    k_low = k - k_high
-    scale_high = _bits_float64(np.uint64((k_high + 1023) << 52))
-    scale_low = _bits_float64(np.uint64((k_low + 1023) << 52))
-    return p * scale_high * scale_low
-
-
 _SQRT1_2 = math.sqrt(0.5)
 
 
@@ -207,58 +160,119 @@ def gelu_erf(x):
     return 0.5 * value * math.erfc(-value * _SQRT1_2)
 
 
-# `erfc(a)` for a >= 0 as ``t exp(-a^2 + P(t))``, ``t = 1 / (1 + a / 2)``:
-# the Chebyshev fit of Numerical Recipes' `erfcc`, relative error below
-# 1.2e-7 for every a >= 0 (no cancellation anywhere).
-_ERFC_C0 = -1.26551223
-_ERFC_C1 = 1.00002368
-_ERFC_C2 = 0.37409196
-_ERFC_C3 = 0.09678418
-_ERFC_C4 = -0.18628806
-_ERFC_C5 = 0.27886807
-_ERFC_C6 = -1.13520398
-_ERFC_C7 = 1.48851587
-_ERFC_C8 = -0.82215223
-_ERFC_C9 = 0.17087277
+# Exact GELU in float32, for float32 and 16-bit results. With
+# ``t = 1 / (1 + c |x|)`` and ``u = 1 - t`` (c = 0.375),
+#
+#     erfc(|x| / sqrt(2)) = t exp(-x^2 / 2 + u Q(u)),
+#
+# where ``u Q(u) = ln(erfc(|x| / sqrt(2)) exp(x^2 / 2) / t)`` is smooth in u
+# (0 at x = 0, tending to ln(c sqrt(2 / pi)) as |x| grows), so one
+# polynomial gives `erfc` with a small *relative* error for every |x|, the
+# negative tail of GELU included, where ``1 + erf`` would cancel. `Q` is a
+# degree-9 weighted least-squares fit (near minimax) over |x| <= 13.5, its
+# coefficients rounded to float32 one at a time with the rest refitted after
+# each: within 5e-9 of the logarithm. Beyond 13.5, ``Phi(-|x|)`` is below
+# float32's normal range, and |x| is clamped there.
+_ERFC_SCALE = np.float32(0.375)
+_ERFC_Q0 = np.float32(-1.1276912689208984)
+_ERFC_Q1 = np.float32(-0.33572885394096375)
+_ERFC_Q2 = np.float32(0.1018325686454773)
+_ERFC_Q3 = np.float32(0.16055525839328766)
+_ERFC_Q4 = np.float32(0.15418165922164917)
+_ERFC_Q5 = np.float32(-0.30354630947113037)
+_ERFC_Q6 = np.float32(0.5782628655433655)
+_ERFC_Q7 = np.float32(-0.9476727247238159)
+_ERFC_Q8 = np.float32(0.6969723105430603)
+_ERFC_Q9 = np.float32(-0.18380554020404816)
+# A line through d(u Q(u))/du (within 0.1 of it): it only scales the
+# correction for the rounding of `u`, itself below 2e-7.
+_ERFC_SLOPE_U = np.float32(0.006336041260510683)
+_ERFC_SLOPE_0 = np.float32(-1.2095224857330322)
+_GELU_ERF_CLAMP = np.float32(13.5)
+_FLOAT32_MAX = np.float32(3.4028234663852886e38)
+_NEGATIVE_ZERO32 = np.float32(-0.0)
+# Adding 1.5 * 2^23 rounds a float32 of magnitude below 2^22 to an integer,
+# which then sits in the low bits of the sum's significand.
+_ROUNDING_SHIFTER = np.float32(12582912.0)
+_ROUNDING_SHIFTER_BITS = np.int32(0x4B400000)
+# `t exp(r)` is at least 0.1 (t >= 1 / 6.07, exp(r) >= 0.7), so scaling it by
+# 2^(k - 1) through its exponent field stays a normal float for k >= -120;
+# below that `Phi` is under 4e-38 and is flushed to zero.
+_GELU_ERF_LOWEST_K = np.int32(-121)
 
 
 @helper
-def gelu_erf_narrow(x):
-    """Exact GELU for float32 and 16-bit results: ``x * Phi(x)`` with
-    ``Phi(x) = erfc(|x| / sqrt(2)) / 2`` for negative `x` and
-    ``1 - erfc(x / sqrt(2)) / 2`` otherwise, evaluated in float64 without
-    libm calls (a vectorisable loop); within 2e-7 relative of the exact
-    value, under one float32 ulp more after rounding. Returns a float64;
-    NaN and infinities behave as in torch (``gelu(-inf)`` is NaN)."""
-    value = np.float64(x)
-    a = abs(value) * _SQRT1_2
-    t = np.divide(1.0, 1.0 + 0.5 * a)
-    poly = _ERFC_C0 + t * (
-        _ERFC_C1
-        + t
-        * (
-            _ERFC_C2
-            + t
-            * (
-                _ERFC_C3
-                + t
-                * (
-                    _ERFC_C4
-                    + t
-                    * (
-                        _ERFC_C5
-                        + t
-                        * (_ERFC_C6 + t * (_ERFC_C7 + t * (_ERFC_C8 + t * _ERFC_C9)))
-                    )
-                )
-            )
-        )
+def gelu_erf_float32(x):
+    """Exact GELU ``x * Phi(x)`` in float32 arithmetic (see the constants
+    above), written ``max(x, -0) - |x| Phi(-|x|)`` with
+    ``Phi(-|x|) = erfc(|x| / sqrt(2)) / 2`` and one final rounding. The
+    roundings that the result's relative error would feel are either exact
+    (``x^2`` as two parts, the remainders of `t` and `u` through
+    `fma_float32`) or land on quantities below 0.5, so the result is within
+    2e-7 relative of the exact value wherever ``Phi(-|x|) >= 4e-38``
+    (`tests/test_gelu.py` sweeps it against float64); below that it is
+    ``max(x, -0)``, within 1e-36. Branch-free and without libm calls: loops
+    over it vectorise. NaN and infinities as in torch (``gelu(-inf)`` is
+    NaN)."""
+    # `min` keeps a NaN `x` (Python's argument order); +inf becomes finite so
+    # that ``inf * 0`` cannot appear below, while -inf stays and gives NaN.
+    magnitude = abs(min(x, _FLOAT32_MAX))
+    clamped = min(magnitude, _GELU_ERF_CLAMP)
+    # -x^2 / 2 = square_high + square_low exactly.
+    minus_half = -_HALF32 * clamped
+    square_high = minus_half * clamped
+    square_low = fma_float32(minus_half, clamped, -square_high)
+    d = fma_float32(_ERFC_SCALE, clamped, _ONE32)
+    t = np.divide(_ONE32, d)
+    u = _ONE32 - t
+    # The exact t is t (1 + t_error): the rounding of `d` (`1 - d` is exact
+    # for d >= 1) and the division's remainder. The exact u is u + u_error.
+    d_error = fma_float32(_ERFC_SCALE, clamped, _ONE32 - d)
+    t_error = fma_float32(-d_error, t, fma_float32(-t, d, _ONE32))
+    u_error = fma_float32(-t, t_error, -t - (u - _ONE32))
+    slope = fma_float32(_ERFC_SLOPE_U, u, _ERFC_SLOPE_0)
+    # The small terms of the exponent: ln(1 + t_error) ~ t_error for the
+    # factor `t`, and the first-order effect of u_error on u Q(u).
+    low = fma_float32(slope, u_error, square_low + t_error)
+    # u Q(u) = u Q0 + u^2 rest(u): the rounding of the part that cancels
+    # against the reduction below is a single `fma_float32`.
+    rest = _ERFC_Q9
+    rest = fma_float32(rest, u, _ERFC_Q8)
+    rest = fma_float32(rest, u, _ERFC_Q7)
+    rest = fma_float32(rest, u, _ERFC_Q6)
+    rest = fma_float32(rest, u, _ERFC_Q5)
+    rest = fma_float32(rest, u, _ERFC_Q4)
+    rest = fma_float32(rest, u, _ERFC_Q3)
+    rest = fma_float32(rest, u, _ERFC_Q2)
+    rest = fma_float32(rest, u, _ERFC_Q1)
+    u_squared = u * u
+    # exp of the exponent as in `exp_float32`, with n = round(exponent /
+    # ln 2) and the reduction summed from the largest part down
+    # (`square_high - n * _LN2_HIGH` is exact).
+    estimate = fma_float32(u_squared, rest, fma_float32(u, _ERFC_Q0, square_high))
+    shifted = fma_float32(estimate, _LOG2E, _ROUNDING_SHIFTER)
+    n = shifted - _ROUNDING_SHIFTER
+    r = fma_float32(n, -_LN2_HIGH, square_high)
+    r = fma_float32(u, _ERFC_Q0, r)
+    r = fma_float32(u_squared, rest, r)
+    r = r + low
+    r = fma_float32(n, -_LN2_LOW, r)
+    expm1 = _EXP_P0
+    expm1 = fma_float32(expm1, r, _EXP_P1)
+    expm1 = fma_float32(expm1, r, _EXP_P2)
+    expm1 = fma_float32(expm1, r, _EXP_P3)
+    expm1 = fma_float32(expm1, r, _EXP_P4)
+    expm1 = fma_float32(expm1, r, _EXP_P5)
+    expm1 = fma_float32(expm1, r * r, r)
+    # Phi(-|x|) = t exp(r) 2^(n - 1), with t exp(r) = t + t expm1(r) rounded
+    # once and the power of two added to its exponent field.
+    k = np.int32(float32_bits(shifted)) - _ROUNDING_SHIFTER_BITS
+    scaled = np.int32(float32_bits(fma_float32(t, expm1, t))) + (
+        (k - np.int32(1)) << np.int32(23)
     )
-    half_erfc = 0.5 * t * _exp_float64(poly - a * a)
-    # Branch-free choice of `Phi`: `half_erfc` below 0, its complement above.
-    positive = np.float64(value >= 0)
-    phi = half_erfc + positive * (1.0 - 2.0 * half_erfc)
-    return value * phi
+    keep = np.int32(0) - np.int32(k > _GELU_ERF_LOWEST_K)
+    tail = bits_float32(np.uint32(scaled & keep))
+    return fma_float32(-magnitude, tail, max(x, _NEGATIVE_ZERO32))
 
 
 @helper

@@ -47,6 +47,24 @@ def bits_float32(typingctx, bits):
     return types.float32(types.uint32), codegen
 
 
+@intrinsic
+def fma_float32(typingctx, a, b, c):
+    """``a * b + c`` rounded once (LLVM's `llvm.fma`: one instruction on
+    x86-64 with FMA and on AArch64; a correctly rounded libm call elsewhere).
+    Kernels use it where the single rounding is what makes a result exact,
+    such as the remainder ``1 - t * d`` of a division."""
+    float32 = types.float32
+
+    def codegen(context, builder, signature, args):
+        single = ir.FloatType()
+        function = builder.module.declare_intrinsic(
+            "llvm.fma", [single], ir.FunctionType(single, [single] * 3)
+        )
+        return builder.call(function, args)
+
+    return float32(float32, float32, float32), codegen
+
+
 @helper
 def bfloat16_bits_to_float32(bits):
     return bits_float32(np.uint32(bits) << np.uint32(16))
