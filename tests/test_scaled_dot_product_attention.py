@@ -55,7 +55,7 @@ CASES = (
     # Decode, GQA 32/8, head 128.
     ((1, 32, 1, 128), (1, 8, 33, 128), (1, 8, 33, 128), None, False, None, True,
      None, True),
-    # Prefill (the BLAS path), causal, GQA 32/8, head 128.
+    # Prefill (the online kernel), causal, GQA 32/8, head 128.
     ((1, 32, 65, 128), (1, 8, 65, 128), (1, 8, 65, 128), None, True, None, True,
      None, True),
     ((2, 3, 13, 16), (2, 3, 33, 16), (2, 3, 33, 8), ("bool", (13, 33)), False, 0.3,
@@ -65,6 +65,9 @@ CASES = (
     ((2, 4, 70, 32), (2, 2, 90, 32), (2, 2, 90, 32), ("bool", (2, 1, 70, 90)),
      False, None, True, None, False),
     ((3, 33, 64), (3, 13, 64), (3, 13, 64), None, True, None, False, None, False),
+    # Long non-causal queries (the BLAS path), float mask, GQA.
+    ((1, 4, 520, 32), (1, 2, 96, 32), (1, 2, 96, 32), ("float", (520, 96)), False,
+     None, True, None, False),
     ((0, 4, 3, 8), (0, 4, 5, 8), (0, 4, 5, 8), None, False, None, False, None,
      False),
     ((2, 2, 3, 8), (2, 2, 0, 8), (2, 2, 0, 8), None, False, None, False, None,
@@ -142,10 +145,11 @@ def test_scaled_dot_product_attention_short_overload(device, implementation_inde
     assert torch.allclose(out.double(), _reference(query, key, value), atol=1e-5)
 
 
-@pytest.mark.parametrize("length", [13, 80])
+# Causal queries run the online kernel; long non-causal ones the BLAS path.
+@pytest.mark.parametrize("length, causal", [(13, True), (80, True), (520, False)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_scaled_dot_product_attention_dropout_matches_torch_with_the_same_seed(
-    length, dtype, device, implementation_index
+    length, causal, dtype, device, implementation_index
 ):
     query = torch.randn(2, 4, length, 32, dtype=dtype, device=device)
     key = torch.randn(2, 2, length + 3, 32, dtype=dtype, device=device)
@@ -153,13 +157,13 @@ def test_scaled_dot_product_attention_dropout_matches_torch_with_the_same_seed(
     out = torch.empty_like(query)
     torch.manual_seed(1234)
     infini.ops.scaled_dot_product_attention(
-        query, key, value, None, 0.25, True, None, True, out,
+        query, key, value, None, 0.25, causal, None, True, out,
         implementation_index=implementation_index,
     )  # fmt: skip
     after_ours = torch.rand(3)
     torch.manual_seed(1234)
     expected = F.scaled_dot_product_attention(
-        query, key, value, dropout_p=0.25, is_causal=True, enable_gqa=True
+        query, key, value, dropout_p=0.25, is_causal=causal, enable_gqa=True
     )
     after_torch = torch.rand(3)
     tolerance = 1e-5 if dtype == torch.float32 else 1e-2

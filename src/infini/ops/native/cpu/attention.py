@@ -63,13 +63,68 @@ def exp_float32(value):
 
 
 @helper
+def dot4(query, key0, key1, key2, key3, features):
+    """Four dot products of `query`: one load of the query feeds four
+    independent vector accumulators."""
+    total0 = total1 = total2 = total3 = np.float32(0)
+    for d in range(features):
+        q = query[d]
+        total0 += q * key0[d]
+        total1 += q * key1[d]
+        total2 += q * key2[d]
+        total3 += q * key3[d]
+    return total0, total1, total2, total3
+
+
+@helper
+def dot2x4(query0, query1, key0, key1, key2, key3, features):
+    """The dot products of two queries with four keys: six loads feed eight
+    independent vector accumulators."""
+    a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = np.float32(0)
+    for d in range(features):
+        q0, q1 = query0[d], query1[d]
+        k0, k1, k2, k3 = key0[d], key1[d], key2[d], key3[d]
+        a0 += q0 * k0
+        a1 += q0 * k1
+        a2 += q0 * k2
+        a3 += q0 * k3
+        b0 += q1 * k0
+        b1 += q1 * k1
+        b2 += q1 * k2
+        b3 += q1 * k3
+    return a0, a1, a2, a3, b0, b1, b2, b3
+
+
+@helper
 def tile_scores(queries, keys, scores, rows, count, features):
-    """``scores[r, j] = queries[r] . keys[j]`` for a tile."""
+    """``scores[r, j] = queries[r] . keys[j]`` for a tile, by blocks of two
+    query rows and four keys (fewer loads per multiply-add)."""
+    quads = count - count % 4
+    pairs = rows - rows % 2
+    for r in range(0, pairs, 2):
+        first, second = scores[r], scores[r + 1]
+        query0, query1 = queries[r], queries[r + 1]
+        for j in range(0, quads, 4):
+            (
+                first[j],
+                first[j + 1],
+                first[j + 2],
+                first[j + 3],
+                second[j],
+                second[j + 1],
+                second[j + 2],
+                second[j + 3],
+            ) = dot2x4(
+                query0, query1, keys[j], keys[j + 1], keys[j + 2], keys[j + 3], features
+            )
     for r in range(rows):
-        for j in range(count):
+        # The keys past the last block of four, and the last row when odd.
+        query = queries[r]
+        for j in range(quads if r < pairs else 0, count):
+            key = keys[j]
             total = np.float32(0)
             for d in range(features):
-                total += queries[r, d] * keys[j, d]
+                total += query[d] * key[d]
             scores[r, j] = total
 
 
@@ -104,16 +159,55 @@ def tile_softmax(scores, rows, count, maxima, sums, acc, features):
 
 
 @helper
-def tile_accumulate(weights, values_t, acc, rows, count, features):
-    """``acc[r] += weights[r, :count] @ values``, with the value tile stored
-    transposed (``values_t[d, j]``): each element is a dot product over the
-    tile, which vectorises better than row updates of `acc`."""
-    for r in range(rows):
+def tile_accumulate(weights, values, acc, rows, count, features):
+    """``acc[r] += weights[r, :count] @ values[:count]``, as row updates of
+    `acc` (vectorised over the features, no horizontal sums and no
+    transposed value tile). Two rows and four keys per update: each value
+    load feeds two rows, and each accumulator element is loaded and stored
+    once per four keys."""
+    quads = count - count % 4
+    pairs = rows - rows % 2
+    for r in range(0, pairs, 2):
+        target0, target1 = acc[r], acc[r + 1]
+        weight0, weight1 = weights[r], weights[r + 1]
+        for j in range(0, quads, 4):
+            a0, a1, a2, a3 = weight0[j], weight0[j + 1], weight0[j + 2], weight0[j + 3]
+            b0, b1, b2, b3 = weight1[j], weight1[j + 1], weight1[j + 2], weight1[j + 3]
+            value0, value1 = values[j], values[j + 1]
+            value2, value3 = values[j + 2], values[j + 3]
+            for d in range(features):
+                v0, v1, v2, v3 = value0[d], value1[d], value2[d], value3[d]
+                target0[d] += (a0 * v0 + a1 * v1) + (a2 * v2 + a3 * v3)
+                target1[d] += (b0 * v0 + b1 * v1) + (b2 * v2 + b3 * v3)
+        for j in range(quads, count):
+            a, b = weight0[j], weight1[j]
+            value = values[j]
+            for d in range(features):
+                target0[d] += a * value[d]
+                target1[d] += b * value[d]
+    for r in range(pairs, rows):
+        target = acc[r]
+        weight = weights[r]
+        for j in range(count):
+            w = weight[j]
+            value = values[j]
+            for d in range(features):
+                target[d] += w * value[d]
+
+
+@helper
+def load_tile_row(tile, j, features, source, base, step, load):
+    """Row `j` of a float32 tile from `features` elements of `source` at
+    `base` (every `step`); a contiguous row goes through a slice, so the
+    conversion loop vectorises."""
+    row = tile[j]
+    if step == 1:
+        window = source[base : base + features]
         for d in range(features):
-            total = np.float32(0)
-            for j in range(count):
-                total += weights[r, j] * values_t[d, j]
-            acc[r, d] += total
+            row[d] = load(window, d)
+    else:
+        for d in range(features):
+            row[d] = load(source, base + d * step)
 
 
 @cache
@@ -162,7 +256,7 @@ def sdpa_online_kernel(dtype: str):
         total = rows * group
         queries = np.empty((total, features), np.float32)
         key_tile = np.empty((KEY_TILE, features), np.float32)
-        value_tile = np.empty((value_features, KEY_TILE), np.float32)
+        value_tile = np.empty((KEY_TILE, value_features), np.float32)
         scores = np.empty((total, KEY_TILE), np.float32)
         maxima = np.full(total, -np.inf, np.float32)
         sums = np.zeros(total, np.float32)
@@ -180,8 +274,7 @@ def sdpa_online_kernel(dtype: str):
             count = min(KEY_TILE, end - start)
             for j in range(count):
                 base = offsets[2, b0] + (start + j) * k_row
-                for d in range(features):
-                    key_tile[j, d] = load(k, base + d * k_col)
+                load_tile_row(key_tile, j, features, k, base, k_col, load)
             tile_scores(queries, key_tile, scores, total, count, features)
             for h in range(group):
                 for r in range(rows):
@@ -203,8 +296,7 @@ def sdpa_online_kernel(dtype: str):
                             scores[h * rows + r, j] *= noise[base + j]
             for j in range(count):
                 base = offsets[3, b0] + (start + j) * v_row
-                for d in range(value_features):
-                    value_tile[d, j] = load(v, base + d * v_col)
+                load_tile_row(value_tile, j, value_features, v, base, v_col, load)
             tile_accumulate(scores, value_tile, acc, total, count, value_features)
         for h in range(group):
             for r in range(rows):
@@ -514,7 +606,7 @@ def paged_attention_kernel(
             rows = count_tokens * group
             queries = np.empty((rows, features), np.float32)
             key_tile = np.empty((KEY_TILE, features), np.float32)
-            value_tile = np.empty((features, KEY_TILE), np.float32)
+            value_tile = np.empty((KEY_TILE, features), np.float32)
             scores = np.empty((rows, KEY_TILE), np.float32)
             maxima = np.full(rows, -np.inf, np.float32)
             sums = np.zeros(rows, np.float32)
@@ -533,11 +625,9 @@ def paged_attention_kernel(
                     block = np.int64(table[s * t_row + (slot // block_size) * t_col])
                     within = slot - (slot // block_size) * block_size
                     base = block * k_block + g * k_head + within * k_slot
-                    for d in range(features):
-                        key_tile[j, d] = load(k, base + d * k_col)
+                    load_tile_row(key_tile, j, features, k, base, k_col, load)
                     base = block * v_block + g * v_head + within * v_slot
-                    for d in range(features):
-                        value_tile[d, j] = load(v, base + d * v_col)
+                    load_tile_row(value_tile, j, features, v, base, v_col, load)
                 tile_scores(queries, key_tile, scores, rows, count, features)
                 for t in range(count_tokens):
                     limit = position + t  # the last key this token sees
