@@ -249,6 +249,10 @@ class AliasGuard:
         return False
 
 
+def _launch_nothing(*arguments) -> None:
+    """The launch of an empty plan."""
+
+
 def staging_like(out):
     """An uninitialised tensor with the layout of `out` (for staged writes)."""
     import torch
@@ -649,11 +653,48 @@ class UnaryElementwise:
             tuple(in_strides) == tuple(out.strides)
             and input.element_size == out.element_size
         )
+        self.launch = self._make_launch()
 
     def __call__(self, stream, input, out) -> None:
         if self.numel == 0:
             return
         self.run(out, input.data_ptr())
+
+    def _make_launch(self):
+        """`(stream, input, out)` for this plan, with its constants bound in
+        a closure: on small tensors the Python around the kernel call costs
+        as much as the kernel, and each attribute lookup counts."""
+        if self.numel == 0:
+            return _launch_nothing
+        run = self.run
+        out_bytes, input_bytes, in_place = (
+            self.out_bytes,
+            self.input_bytes,
+            self.in_place,
+        )
+        pass_ = self.pass_
+        if not pass_.flat:
+
+            def launch(stream, input, out):
+                run(out, input.data_ptr())
+
+            return launch
+        kernel, total = pass_.kernel, pass_.total
+        chunk_size, chunks = pass_.chunk_size, pass_.chunks
+
+        def launch_flat(stream, input, out):
+            out_address = out.data_ptr()
+            input_address = input.data_ptr()
+            if (
+                input_address < out_address + out_bytes
+                and out_address < input_address + input_bytes
+                and not (in_place and input_address == out_address)
+            ):
+                run(out, input_address)
+            else:
+                kernel(out_address, input_address, total, chunk_size, chunks)
+
+        return launch_flat
 
     def run(self, out, input_address: int) -> None:
         """The launch on an input address (an input may be a view that is no
@@ -850,6 +891,56 @@ class BinaryElementwise:
         self.other_bytes = plan.spans[2] * size
         self.input_in_place = strides[1] == tuple(out.strides)
         self.other_in_place = strides[2] == tuple(out.strides)
+        self.launch = self._make_launch()
+
+    def _make_launch(self):
+        """`(stream, input, other, out)` for this plan (see
+        `UnaryElementwise._make_launch`)."""
+        if self.numel == 0:
+            return _launch_nothing
+        run = self.run
+        if not self.flat:
+
+            def launch(stream, input, other, out):
+                run(out, input.data_ptr(), other.data_ptr())
+
+            return launch
+        kernel, total, scalar = self.kernel, self.total, self.scalar
+        chunk_size, chunks = self.chunk_size, self.chunks
+        out_bytes, input_bytes, other_bytes = (
+            self.out_bytes,
+            self.input_bytes,
+            self.other_bytes,
+        )
+        input_in_place, other_in_place = self.input_in_place, self.other_in_place
+
+        def launch_flat(stream, input, other, out):
+            out_address = out.data_ptr()
+            input_address = input.data_ptr()
+            other_address = other.data_ptr()
+            out_end = out_address + out_bytes
+            if (
+                input_address < out_end
+                and out_address < input_address + input_bytes
+                and not (input_in_place and input_address == out_address)
+            ) or (
+                other_address < out_end
+                and out_address < other_address + other_bytes
+                and not (other_in_place and other_address == out_address)
+            ):
+                run(out, input_address, other_address)
+            else:
+                kernel(
+                    out_address,
+                    input_address,
+                    other_address,
+                    total,
+                    chunk_size,
+                    chunks,
+                    scalar,
+                )
+
+        return launch_flat
 
     def __call__(self, stream, input, other, out) -> None:
         # The signature of `Operator.launch`: implementations bind an instance

@@ -26,4 +26,4 @@ class CpuCast(Cast):
         # Staged when `out` overlaps `input` other than element for element.
         self.launch = UnaryElementwise(
             out, input, conversion_kernels(input.dtype, out.dtype)
-        )
+        ).launch

@@ -18,12 +18,9 @@ class CpuCopy(Copy):
     def __init__(self, args) -> None:
         super().__init__(args)
         src, out = args.src, args.out
-        self.elementwise = UnaryElementwise(
+        self.launch = UnaryElementwise(
             out, src, conversion_kernels(src.dtype, out.dtype)
-        )
-
-    def launch(self, stream, src, out) -> None:
-        self.elementwise.run(out, src.data_ptr())
+        ).launch
 
     @classmethod
     def precompile(cls) -> int:

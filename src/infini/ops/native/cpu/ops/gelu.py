@@ -38,7 +38,7 @@ class CpuGelu(Gelu):
         super().__init__(args)
         self.launch = UnaryElementwise(
             args.out, args.input, gelu_kernels(args.out.dtype, self.approximate)
-        )
+        ).launch
 
     @classmethod
     def precompile(cls) -> int:

@@ -20,7 +20,9 @@ class CpuMul(Mul):
         super().__init__(args)
         # Products of 16-bit floats are exact in float32, so rounding the
         # float32 product once gives the correctly rounded result, as torch.
-        self.launch = BinaryElementwise(_mul, args.out, args.input, args.other, 0)
+        self.launch = BinaryElementwise(
+            _mul, args.out, args.input, args.other, 0
+        ).launch
 
     @classmethod
     def precompile(cls) -> int:

@@ -82,7 +82,7 @@ class CpuRelu(Relu):
         # Staged when `out` overlaps `input` other than in place.
         self.launch = UnaryElementwise(
             out, input, relu_kernels(out.dtype, out.element_size)
-        )
+        ).launch
 
     @classmethod
     def precompile(cls) -> int:

@@ -20,7 +20,7 @@ class CpuSigmoid(Sigmoid):
         dtype = args.out.dtype
         self.launch = UnaryElementwise(
             args.out, args.input, unary_kernels(sigmoid, dtype, dtype, dtype)
-        )
+        ).launch
 
     @classmethod
     def precompile(cls) -> int:

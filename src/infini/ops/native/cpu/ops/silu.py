@@ -20,7 +20,7 @@ class CpuSilu(Silu):
         dtype = args.out.dtype
         self.launch = UnaryElementwise(
             args.out, args.input, unary_kernels(silu, dtype, dtype, dtype)
-        )
+        ).launch
 
     @classmethod
     def precompile(cls) -> int:

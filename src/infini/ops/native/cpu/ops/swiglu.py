@@ -14,4 +14,4 @@ class CpuSwiglu(Swiglu):
         super().__init__(args)
         self.launch = BinaryElementwise(
             swiglu_combine, args.out, args.input, args.gate, 0.0
-        )
+        ).launch
