@@ -52,22 +52,17 @@ def exp_float32(x):
     # No conditional expressions: after Numba inlines them they become
     # branches that keep LLVM from vectorising the caller's loop.
     clamped = min(max(x, _EXP_MIN), _EXP_MAX)
-    n = np.floor(clamped * _LOG2E + _HALF32)
-    r = clamped - n * _LN2_HIGH
-    r = r - n * _LN2_LOW
-    z = r * r
-    p = (
-        (
-            (
-                ((((_EXP_P0 * r + _EXP_P1) * r + _EXP_P2) * r + _EXP_P3) * r + _EXP_P4)
-                * r
-            )
-            + _EXP_P5
-        )
-        * z
-        + r
-        + _ONE32
-    )
+    # Fused multiply-adds: half the instructions of separate ones (Numba
+    # does not contract), and each rounds once.
+    n = np.floor(fma_float32(clamped, _LOG2E, _HALF32))
+    r = fma_float32(n, -_LN2_HIGH, clamped)
+    r = fma_float32(n, -_LN2_LOW, r)
+    p = fma_float32(_EXP_P0, r, _EXP_P1)
+    p = fma_float32(p, r, _EXP_P2)
+    p = fma_float32(p, r, _EXP_P3)
+    p = fma_float32(p, r, _EXP_P4)
+    p = fma_float32(p, r, _EXP_P5)
+    p = fma_float32(p, r * r, r) + _ONE32
     k = np.int32(n)
     k_high = k >> 1
     k_low = k - k_high
