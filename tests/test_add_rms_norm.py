@@ -129,6 +129,31 @@ def test_add_rms_norm_in_place_and_overlapping(device, implementation_index):
     assert torch.allclose(out, expected[0], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16))
+def test_add_rms_norm_16_bit_normalises_the_unrounded_sum_in_place(
+    dtype, device, implementation_index
+):
+    # A 16-bit `residual_out` does not hold the float32 sum that is
+    # normalised: it is added again from the inputs, or kept aside when
+    # `residual_out` is an input (then the inputs are overwritten first).
+    input = torch.randn(33, 4100, dtype=dtype, device=device)
+    residual = torch.randn(33, 4100, dtype=dtype, device=device)
+    weight = torch.randn(4100, dtype=dtype, device=device)
+    expected = _torch_add_rms_norm(input, residual, weight, input, input, 1e-6, 0)
+    rtol = atol = 1e-3 if dtype == torch.float16 else 1e-2
+    layouts = (
+        ("separate", lambda a, r: (torch.empty_like(a), torch.empty_like(a))),
+        ("vllm", lambda a, r: (a, r)),
+        ("sum_into_input", lambda a, r: (torch.empty_like(a), a)),
+    )
+    for name, outputs in layouts:
+        a, r = input.clone(), residual.clone()
+        out, residual_out = outputs(a, r)
+        _add_rms_norm(a, r, weight, out, residual_out, 1e-6, implementation_index)
+        assert torch.allclose(out, expected[0], rtol=rtol, atol=atol), name
+        assert torch.equal(residual_out, expected[1]), name
+
+
 def test_add_rms_norm_large_rows_run_in_parallel(device, implementation_index):
     input = torch.randn(256, 1024, device=device)[:, ::2]
     residual = torch.randn(256, 512, device=device)
