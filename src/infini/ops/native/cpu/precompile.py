@@ -34,3 +34,73 @@ def precompile_binary_elementwise(operator: str) -> int:
             function(input, other, out, implementation_index=0)
             calls += 1
     return calls
+
+
+# The index dtypes operators accept for positions, slots, tables and ids:
+# each is a different kernel signature or specialisation.
+PRECOMPILED_INDEX_DTYPES = ("int32", "int64")
+
+
+def torch_dtypes(names=PRECOMPILED_DTYPES) -> list:
+    """The torch dtypes named in `names`."""
+    import torch
+
+    return [getattr(torch, name) for name in names]
+
+
+def unary_layouts(input_dtype, out_dtype):
+    """`(input, out)` pairs, zero-filled, reaching each of the six kernels of
+    a `unary_kernels` family (`UnaryLaunch`): flat, strided and tiled (a
+    transposed input), each serial (small) and parallel (large)."""
+    import torch
+
+    def pair(shape, view):
+        input = torch.zeros(shape, dtype=input_dtype)
+        input = view(input)
+        return input, torch.empty(input.shape, dtype=out_dtype)
+
+    def flat(x):
+        return x
+
+    def every_other_column(x):
+        return x[:, ::2]
+
+    def transposed(x):
+        return x.t()
+
+    return [
+        pair((8,), flat),
+        pair((512, 256), flat),
+        pair((8, 8), every_other_column),
+        pair((1024, 256), every_other_column),
+        pair((64, 64), transposed),
+        pair((512, 512), transposed),
+    ]
+
+
+def binary_layouts(dtype):
+    """`(input, other, out)` triples, zero-filled, of one dtype reaching each
+    kernel of `BinaryElementwise`: flat and strided, each serial (small) and
+    parallel (large)."""
+    import torch
+
+    triples = []
+    for shape, transpose in (
+        ((8,), False),
+        ((512, 256), False),
+        ((8, 8), True),
+        ((512, 256), True),
+    ):
+        input = torch.zeros(shape, dtype=dtype)
+        other = torch.zeros(shape, dtype=dtype)
+        out = torch.empty(shape, dtype=dtype)
+        if transpose:
+            input, other = input.t(), other.t()
+            out = torch.empty(input.shape, dtype=dtype)
+        triples.append((input, other, out))
+    return triples
+
+
+def index_dtypes() -> list:
+    """The torch dtypes of `PRECOMPILED_INDEX_DTYPES`."""
+    return torch_dtypes(PRECOMPILED_INDEX_DTYPES)

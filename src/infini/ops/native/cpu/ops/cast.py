@@ -10,6 +10,7 @@ from __future__ import annotations
 from infini.ops.base.cast import Cast
 from infini.ops.core.registry import implementation
 from infini.ops.native.cpu.elementwise import UnaryElementwise, conversion_kernels
+from infini.ops.native.cpu.precompile import torch_dtypes, unary_layouts
 
 
 def cast_kernels(source: str, destination: str, element_size: int):
@@ -27,3 +28,17 @@ class CpuCast(Cast):
         self.launch = UnaryElementwise(
             out, input, conversion_kernels(input.dtype, out.dtype)
         ).launch
+
+    @classmethod
+    def precompile(cls) -> int:
+        """Compiles every pair of precompiled dtypes (a same-dtype cast is
+        the bit copy of its element size) on each layout class."""
+        import infini.ops
+
+        calls = 0
+        for source in torch_dtypes():
+            for destination in torch_dtypes():
+                for input, out in unary_layouts(source, destination):
+                    infini.ops.cast(input, out, implementation_index=0)
+                    calls += 1
+        return calls

@@ -6,6 +6,7 @@ from infini.ops.base.cat import Cat
 from infini.ops.core.registry import implementation
 from infini.ops.native.cpu.elementwise import UnaryLaunch, copy_kernels, staging_like
 from infini.ops.native.cpu.memory import span
+from infini.ops.native.cpu.precompile import torch_dtypes
 
 
 @implementation(operator="cat", devices=("cpu",), slot=0)
@@ -56,3 +57,25 @@ class CpuCat(Cat):
             copy(out_address + offset, tensors[index].data_ptr())
         if target is not out:
             out.copy_(target)
+
+    @classmethod
+    def precompile(cls) -> int:
+        """Compiles the copies of each element size: along dim 0 (one flat
+        pass), along dim 1 (strided rows) and of a transposed member (tiled),
+        each small (serial) and large (parallel)."""
+        import torch
+
+        import infini.ops
+
+        calls = 0
+        for dtype in torch_dtypes():
+            for rows in (8, 512):
+                a = torch.zeros(rows, 256, dtype=dtype)
+                b = torch.zeros(256, rows, dtype=dtype).t()
+                for tensors, dim in (([a, a], 0), ([a, a], 1), ([b, b], 0)):
+                    shape = list(tensors[0].shape)
+                    shape[dim] *= len(tensors)
+                    out = torch.empty(shape, dtype=dtype)
+                    infini.ops.cat(tensors, dim, out, implementation_index=0)
+                    calls += 1
+        return calls

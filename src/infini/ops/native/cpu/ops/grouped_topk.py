@@ -6,6 +6,7 @@ import numpy as np
 
 from infini.ops.base.grouped_topk import GroupedTopk
 from infini.ops.core.registry import implementation
+from infini.ops.native.cpu.precompile import torch_dtypes
 from infini.ops.native.cpu.routing import (
     OutputStaging,
     addresses_of,
@@ -56,3 +57,34 @@ class CpuGroupedTopk(GroupedTopk):
             self.chunks,
         )
         OutputStaging.finish(targets, outputs)
+
+    @classmethod
+    def precompile(cls) -> int:
+        """Compiles the serial (few tokens) and parallel kernels; dtypes are
+        run-time codes of one compilation."""
+        import torch
+
+        import infini.ops
+
+        calls = 0
+        for dtype in torch_dtypes():
+            for tokens in (1, 512):
+                scores = torch.zeros(tokens, 256, dtype=dtype)
+                bias = torch.zeros(256)
+                values = torch.empty(tokens, 8)
+                indices = torch.empty(tokens, 8, dtype=torch.int32)
+                infini.ops.grouped_topk(
+                    scores,
+                    bias,
+                    8,
+                    4,
+                    8,
+                    True,
+                    2.5,
+                    1,
+                    values,
+                    indices,
+                    implementation_index=0,
+                )
+                calls += 1
+        return calls

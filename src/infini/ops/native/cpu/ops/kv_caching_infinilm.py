@@ -7,6 +7,7 @@ from infini.ops.base.kv_caching_infinilm import KvCachingInfinilm
 from infini.ops.core.registry import implementation
 from infini.ops.native.cpu.kv_cache import CacheWrite
 from infini.ops.native.cpu.memory import span
+from infini.ops.native.cpu.precompile import index_dtypes, torch_dtypes
 
 
 def append_pair(source, cache):
@@ -54,3 +55,24 @@ class CpuKvCachingInfinilm(KvCachingInfinilm):
         )
         if bad >= 0:
             raise self.length_error(bad, int(past_kv_lengths[bad]))
+
+    @classmethod
+    def precompile(cls) -> int:
+        """Compiles the append kernels for each dtype and length index dtype,
+        serial (decode) and parallel (prefill)."""
+        import torch
+
+        import infini.ops
+
+        calls = 0
+        for dtype in torch_dtypes():
+            cache = torch.zeros(1, 8, 512, 128, dtype=dtype)
+            for index_dtype in index_dtypes():
+                for seq in (1, 512):
+                    k = torch.zeros(1, 8, seq, 128, dtype=dtype)
+                    lengths = torch.zeros(1, dtype=index_dtype)
+                    infini.ops.kv_caching_infinilm(
+                        k, k, lengths, cache, cache, implementation_index=0
+                    )
+                    calls += 1
+        return calls

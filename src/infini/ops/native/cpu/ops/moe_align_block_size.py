@@ -6,6 +6,7 @@ import numpy as np
 
 from infini.ops.base.moe_align_block_size import MoeAlignBlockSize
 from infini.ops.core.registry import implementation
+from infini.ops.native.cpu.precompile import index_dtypes
 from infini.ops.native.cpu.routing import (
     OutputStaging,
     addresses_of,
@@ -62,3 +63,31 @@ class CpuMoeAlignBlockSize(MoeAlignBlockSize):
             self.block_count,
         )
         OutputStaging.finish(targets, outputs)
+
+    @classmethod
+    def precompile(cls) -> int:
+        """Compiles the one (serial) kernel; index dtypes are run-time codes
+        of that compilation."""
+        import torch
+
+        import infini.ops
+
+        calls = 0
+        for index_dtype in index_dtypes():
+            topk_ids = torch.zeros(4, 2, dtype=index_dtype)
+            length = topk_ids.numel() + 8 * 15
+            sorted_ids = torch.empty(length, dtype=index_dtype)
+            expert_ids = torch.empty(-(-length // 16), dtype=index_dtype)
+            total = torch.empty(1, dtype=index_dtype)
+            infini.ops.moe_align_block_size(
+                topk_ids,
+                None,
+                8,
+                16,
+                sorted_ids,
+                expert_ids,
+                total,
+                implementation_index=0,
+            )
+            calls += 1
+        return calls

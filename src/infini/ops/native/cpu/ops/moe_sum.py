@@ -6,6 +6,7 @@ import numpy as np
 
 from infini.ops.base.moe_sum import MoeSum
 from infini.ops.core.registry import implementation
+from infini.ops.native.cpu.precompile import torch_dtypes
 from infini.ops.native.cpu.routing import (
     OutputStaging,
     addresses_of,
@@ -64,3 +65,20 @@ class CpuMoeSum(MoeSum):
             self.chunks,
         )
         OutputStaging.finish((target,), (output,))
+
+    @classmethod
+    def precompile(cls) -> int:
+        """Compiles the serial (few tokens) and parallel kernels; dtypes are
+        run-time codes of one compilation."""
+        import torch
+
+        import infini.ops
+
+        calls = 0
+        for dtype in torch_dtypes():
+            for tokens in (1, 512):
+                input = torch.zeros(tokens, 8, 256, dtype=dtype)
+                output = torch.empty(tokens, 256, dtype=dtype)
+                infini.ops.moe_sum(input, output, implementation_index=0)
+                calls += 1
+        return calls

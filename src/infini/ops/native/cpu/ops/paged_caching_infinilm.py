@@ -7,6 +7,7 @@ from infini.ops.base.paged_caching_infinilm import PagedCachingInfinilm
 from infini.ops.core.registry import implementation
 from infini.ops.native.cpu.kv_cache import CacheWrite
 from infini.ops.native.cpu.memory import span
+from infini.ops.native.cpu.precompile import index_dtypes, torch_dtypes
 
 
 def head_major_pair(source, cache):
@@ -56,3 +57,24 @@ class CpuPagedCachingInfinilm(PagedCachingInfinilm):
         )
         if bad >= 0:
             raise slot_error(self, bad, int(slot_mapping[bad]), self.slots)
+
+    @classmethod
+    def precompile(cls) -> int:
+        """Compiles the kernels for each dtype and slot index dtype, serial
+        (decode) and parallel (prefill)."""
+        import torch
+
+        import infini.ops
+
+        calls = 0
+        for dtype in torch_dtypes():
+            cache = torch.zeros(32, 8, 16, 128, dtype=dtype)
+            for index_dtype in index_dtypes():
+                for tokens in (1, 512):
+                    k = torch.zeros(tokens, 8, 128, dtype=dtype)
+                    slots = torch.arange(tokens, dtype=index_dtype)
+                    infini.ops.paged_caching_infinilm(
+                        k, k, slots, cache, cache, implementation_index=0
+                    )
+                    calls += 1
+        return calls

@@ -8,6 +8,7 @@ from infini.ops.base.random_sample_infinilm import RandomSampleInfinilm
 from infini.ops.core.registry import implementation
 from infini.ops.native.cpu.codes import INTEGER_CODE, REAL_CODE
 from infini.ops.native.cpu.memory import span
+from infini.ops.native.cpu.precompile import index_dtypes, torch_dtypes
 from infini.ops.native.cpu.sampling import random_sample_kernel
 
 
@@ -36,3 +37,22 @@ class CpuRandomSampleInfinilm(RandomSampleInfinilm):
             self.topk,
             self.temperature,
         )
+
+    @classmethod
+    def precompile(cls) -> int:
+        """Compiles the one (serial) kernel; dtypes are run-time codes of
+        that compilation."""
+        import torch
+
+        import infini.ops
+
+        calls = 0
+        for dtype in torch_dtypes():
+            logits = torch.zeros(64, dtype=dtype)
+            for index_dtype in index_dtypes():
+                out = torch.empty((), dtype=index_dtype)
+                infini.ops.random_sample_infinilm(
+                    logits, 0.5, 0.9, 8, 0.8, out, implementation_index=0
+                )
+                calls += 1
+        return calls

@@ -7,6 +7,7 @@ from infini.ops.base.reshape_and_cache import ReshapeAndCache
 from infini.ops.core.registry import implementation
 from infini.ops.native.cpu.kv_cache import CacheWrite
 from infini.ops.native.cpu.memory import span
+from infini.ops.native.cpu.precompile import index_dtypes, torch_dtypes
 
 
 @implementation(operator="reshape_and_cache", devices=("cpu",), slot=0)
@@ -68,3 +69,35 @@ class CpuReshapeAndCache(ReshapeAndCache):
         )
         if bad >= 0:
             raise slot_error(self, bad, int(slot_mapping[bad]), self.slots)
+
+    @classmethod
+    def precompile(cls) -> int:
+        """Compiles the "auto" (copy) kernels for each dtype and slot index
+        dtype, serial (decode) and parallel (prefill)."""
+        import torch
+
+        import infini.ops
+
+        calls = 0
+        scale = torch.ones(1)
+        for dtype in torch_dtypes():
+            x = 16 // dtype.itemsize
+            key_cache = torch.zeros(32, 8, 128 // x, 16, x, dtype=dtype)
+            value_cache = torch.zeros(32, 8, 128, 16, dtype=dtype)
+            for index_dtype in index_dtypes():
+                for tokens in (1, 512):
+                    key = torch.zeros(tokens, 8, 128, dtype=dtype)
+                    slots = torch.arange(tokens, dtype=index_dtype)
+                    infini.ops.reshape_and_cache(
+                        key,
+                        key,
+                        key_cache,
+                        value_cache,
+                        slots,
+                        scale,
+                        scale,
+                        "auto",
+                        implementation_index=0,
+                    )
+                    calls += 1
+        return calls

@@ -6,6 +6,7 @@ from infini.ops.base._indexing import index_error, unravel
 from infini.ops.base.rotary_embedding_infinilm import RotaryEmbeddingInfinilm
 from infini.ops.core.registry import implementation
 from infini.ops.native.cpu.elementwise import AliasGuard, staging_like
+from infini.ops.native.cpu.precompile import index_dtypes, torch_dtypes
 from infini.ops.native.cpu.rotary import RotaryLaunch
 
 
@@ -82,3 +83,33 @@ class CpuRotaryEmbeddingInfinilm(RotaryEmbeddingInfinilm):
             )
         if target is not out:
             out.copy_(target)
+
+    @classmethod
+    def precompile(cls) -> int:
+        """Compiles both pairings for each dtype, tables of that dtype or
+        float32, and each position dtype, on heads contiguous in their last
+        dimension (the kernel is always the parallel compilation)."""
+        import torch
+
+        import infini.ops
+
+        calls = 0
+        for dtype in torch_dtypes():
+            input = torch.zeros(4, 8, 128, dtype=dtype)
+            out = torch.empty_like(input)
+            for table_dtype in dict.fromkeys((dtype, torch.float32)):
+                table = torch.zeros(64, 64, dtype=table_dtype)
+                for index_dtype in index_dtypes():
+                    positions = torch.zeros(4, dtype=index_dtype)
+                    for is_neox in (False, True):
+                        infini.ops.rotary_embedding_infinilm(
+                            input,
+                            positions,
+                            table,
+                            table,
+                            is_neox,
+                            out,
+                            implementation_index=0,
+                        )
+                        calls += 1
+        return calls

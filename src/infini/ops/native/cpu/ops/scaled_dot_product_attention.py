@@ -29,6 +29,7 @@ from infini.ops.native.cpu.attention import (
     staging_buffer,
 )
 from infini.ops.native.cpu.memory import span
+from infini.ops.native.cpu.precompile import torch_dtypes
 
 # Query rows per task of the online kernel (all heads of a GQA group).
 BLOCK_ROWS = 32
@@ -288,3 +289,36 @@ class CpuScaledDotProductAttention(ScaledDotProductAttention):
                 values = values.view(values.shape[:-2] + (ratio, rows, self.Ev))
             result[..., first:last, :] = values
         out.copy_(result.view(out.shape))
+
+    @classmethod
+    def precompile(cls) -> int:
+        """Compiles the online kernel of each dtype (decode, causal prefill)
+        and the softmax kernel of long non-causal queries (GEMMs)."""
+        import torch
+
+        import infini.ops
+
+        calls = 0
+        for dtype in torch_dtypes():
+            for tokens, keys, causal in (
+                (1, 32, False),
+                (16, 16, True),
+                (BLAS_MIN_ROWS, BLAS_MIN_KEYS, False),
+            ):
+                query = torch.zeros(1, 4, tokens, 16, dtype=dtype)
+                key = torch.zeros(1, 2, keys, 16, dtype=dtype)
+                out = torch.empty_like(query)
+                infini.ops.scaled_dot_product_attention(
+                    query,
+                    key,
+                    key,
+                    None,
+                    0.0,
+                    causal,
+                    None,
+                    True,
+                    out,
+                    implementation_index=0,
+                )
+                calls += 1
+        return calls

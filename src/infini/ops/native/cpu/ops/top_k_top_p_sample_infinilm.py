@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from infini.ops.base.top_k_top_p_sample_infinilm import TopKTopPSampleInfinilm
 from infini.ops.core.registry import implementation
+from infini.ops.native.cpu.precompile import torch_dtypes
 from infini.ops.native.cpu.sampling import TopKTopPLaunch, seed_bits
 
 
@@ -16,3 +17,24 @@ class CpuTopKTopPSampleInfinilm(TopKTopPLaunch, TopKTopPSampleInfinilm):
 
     def launch(self, stream, logits, k, p, out) -> None:
         self.sample(logits, k, p, None, out, self.seed, self.offset, False)
+
+    @classmethod
+    def precompile(cls) -> int:
+        """Compiles the serial (one row) and parallel kernels; dtypes are
+        run-time codes of one compilation."""
+        import torch
+
+        import infini.ops
+
+        calls = 0
+        for dtype in torch_dtypes():
+            for rows in (1, 64):
+                logits = torch.zeros(rows, 1024, dtype=dtype)
+                k = torch.full((rows,), 8, dtype=torch.int64)
+                p = torch.full((rows,), 0.9)
+                out = torch.empty(rows, dtype=torch.int64)
+                infini.ops.top_k_top_p_sample_infinilm(
+                    logits, k, p, 7, 0, out, implementation_index=0
+                )
+                calls += 1
+        return calls

@@ -9,6 +9,7 @@ from infini.ops.base.top_k_top_p_sampling_from_logits import (
     TopKTopPSamplingFromLogits,
 )
 from infini.ops.core.registry import implementation
+from infini.ops.native.cpu.precompile import torch_dtypes
 from infini.ops.native.cpu.sampling import TopKTopPLaunch, draw_seed, seed_bits
 
 
@@ -34,3 +35,32 @@ class CpuTopKTopPSamplingFromLogits(TopKTopPLaunch, TopKTopPSamplingFromLogits):
                 )
         seed = draw_seed() if self.seed is None else self.seed
         self.sample(logits, top_k, top_p, indices, out, seed, self.offset, self.joint)
+
+    @classmethod
+    def precompile(cls) -> int:
+        """Compiles the serial (one row) and parallel kernels; dtypes are
+        run-time codes of one compilation."""
+        import infini.ops
+
+        calls = 0
+        for dtype in torch_dtypes():
+            for rows in (1, 64):
+                logits = torch.zeros(rows, 1024, dtype=dtype)
+                top_k = torch.full((rows,), 8, dtype=torch.int32)
+                top_p = torch.full((rows,), 0.9)
+                out = torch.empty(rows, dtype=torch.int32)
+                infini.ops.top_k_top_p_sampling_from_logits(
+                    logits,
+                    top_k,
+                    top_p,
+                    None,
+                    "top_k_first",
+                    True,
+                    False,
+                    3,
+                    0,
+                    out,
+                    implementation_index=0,
+                )
+                calls += 1
+        return calls

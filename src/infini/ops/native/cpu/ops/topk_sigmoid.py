@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from infini.ops.base.topk_sigmoid import TopkSigmoid
 from infini.ops.core.registry import implementation
+from infini.ops.native.cpu.precompile import torch_dtypes
 from infini.ops.native.cpu.routing import TopkGatingLaunch
 
 
@@ -41,3 +42,33 @@ class CpuTopkSigmoid(TopkGatingLaunch, TopkSigmoid):
             self.renormalize,
             self.routed_scaling_factor,
         )
+
+    @classmethod
+    def precompile(cls) -> int:
+        """Compiles the serial (few tokens) and parallel kernels; dtypes are
+        run-time codes of one compilation."""
+        import torch
+
+        import infini.ops
+
+        calls = 0
+        for dtype in torch_dtypes():
+            for tokens in (1, 512):
+                gating = torch.zeros(tokens, 128, dtype=dtype)
+                bias = torch.zeros(128)
+                weights = torch.empty(tokens, 8)
+                ids = torch.empty(tokens, 8, dtype=torch.int32)
+                token_ids = torch.empty(tokens, 8, dtype=torch.int32)
+                infini.ops.topk_sigmoid(
+                    gating,
+                    bias,
+                    None,
+                    True,
+                    2.5,
+                    weights,
+                    ids,
+                    token_ids,
+                    implementation_index=0,
+                )
+                calls += 1
+        return calls
