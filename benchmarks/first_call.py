@@ -22,7 +22,11 @@ is reported apart. The Numba functions compiled during the call are counted
 compilation).
 
     python benchmarks/first_call.py [--ops add,rms_norm] [--dtypes float32]
-        [--save rows.jsonl] [--load rows.jsonl] [--write]
+        [--tokens 512] [--save rows.jsonl] [--load rows.jsonl] [--write]
+
+`--tokens` measures at the first of those token counts that the benchmark
+module has a case for instead of the smallest (for instance, 512 reaches the
+parallel kernels, which a hook must have compiled too).
 
 `--write` replaces `benchmarks/results/first_call.md`. The run takes a while
 (eight processes per operator, each importing torch): `--save` appends each
@@ -60,7 +64,7 @@ WORKER_TIMEOUT_SECONDS = 600
 # -- the worker (runs in the fresh process) ----------------------------------
 
 
-def worker(operator: str, dtypes: list[str]) -> None:
+def worker(operator: str, dtypes: list[str], token_counts=SMALL_TOKENS) -> None:
     """Prints one JSON object: the import times and, per dtype, the first
     call's seconds and compile count (or why there is no call)."""
     import torch
@@ -92,7 +96,7 @@ def worker(operator: str, dtypes: list[str]) -> None:
     for name in dtypes:
         dtype = getattr(torch, name)
         case, tokens = None, None
-        for tokens in SMALL_TOKENS:
+        for tokens in token_counts:
             case = next(iter(module.cases(tokens, dtype)), None)
             if case is not None:
                 break
@@ -139,9 +143,13 @@ def _environment(cache: Path) -> dict:
     return environment
 
 
-def run_worker(operator: str, dtypes: list[str], cache: Path) -> dict:
+def run_worker(operator: str, dtypes: list[str], cache: Path, tokens=None) -> dict:
+    command = [sys.executable, __file__, "--worker", operator]
+    command += ["--dtypes", ",".join(dtypes)]
+    if tokens:
+        command += ["--tokens", ",".join(str(t) for t in tokens)]
     result = subprocess.run(
-        [sys.executable, __file__, "--worker", operator, "--dtypes", ",".join(dtypes)],
+        command,
         env=_environment(cache),
         capture_output=True,
         text=True,
@@ -205,12 +213,12 @@ def benchmark_operators(requested) -> list[str]:
     ]
 
 
-def measure(operator: str, dtypes: list[str], scratch: Path) -> dict:
+def measure(operator: str, dtypes: list[str], scratch: Path, tokens=None) -> dict:
     row: dict = {"operator": operator, "cold": {}, "cached": {}, "imports": []}
     for name in dtypes:
         cache = scratch / f"{operator}-{name}"
-        cold = run_worker(operator, [name], cache)
-        cached = run_worker(operator, [name], cache)
+        cold = run_worker(operator, [name], cache, tokens)
+        cached = run_worker(operator, [name], cache, tokens)
         for phase, result in (("cold", cold), ("cached", cached)):
             if "error" in result:
                 row[phase][name] = {"skipped": result["error"]}
@@ -223,7 +231,7 @@ def measure(operator: str, dtypes: list[str], scratch: Path) -> dict:
     row["precompile_seconds"], row["precompile_output"] = run_precompile(
         operator, cache
     )
-    precompiled = run_worker(operator, dtypes, cache)
+    precompiled = run_worker(operator, dtypes, cache, tokens)
     row["precompiled"] = (
         {name: {"skipped": precompiled["error"]} for name in dtypes}
         if "error" in precompiled
@@ -331,7 +339,10 @@ def markdown(rows, dtypes, hooks, numba_import: float) -> str:
     ]
     for r in rows:
         hook = hooks.get(r["operator"])
-        precompile = f"{r['precompile_seconds']:.1f} s" if hook else "no hook"
+        precompile = "no hook"
+        if hook:
+            seconds = r.get("precompile_seconds")
+            precompile = "-" if seconds is None else f"{seconds:.1f} s"
         for name in dtypes:
             if name not in r["cold"]:
                 continue  # not measured in this run (`--dtypes`)
@@ -349,14 +360,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ops", help="comma-separated operator names")
     parser.add_argument("--dtypes", help="comma-separated dtype names")
+    parser.add_argument("--tokens", help="comma-separated token counts to try")
     parser.add_argument("--write", action="store_true", help=f"replace {RESULTS}")
     parser.add_argument("--save", type=Path, help="append measured rows (JSON lines)")
     parser.add_argument("--load", type=Path, help="table from saved rows only")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     options = parser.parse_args()
     dtypes = options.dtypes.split(",") if options.dtypes else list(DTYPE_NAMES)
+    tokens = [int(t) for t in options.tokens.split(",")] if options.tokens else None
     if options.worker:
-        worker(options.worker, dtypes)
+        worker(options.worker, dtypes, tokens or SMALL_TOKENS)
         return
 
     sys.path.insert(0, str(ROOT))
@@ -371,7 +384,7 @@ def main() -> None:
         operators = []
     with tempfile.TemporaryDirectory(prefix="infiniops-first-call-") as scratch:
         for operator in operators:
-            row = measure(operator, dtypes, Path(scratch))
+            row = measure(operator, dtypes, Path(scratch), tokens)
             rows.append(row)
             if options.save:
                 with options.save.open("a", encoding="utf-8") as saved:
