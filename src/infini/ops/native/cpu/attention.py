@@ -42,6 +42,13 @@ NO_SLOPES = np.zeros(1, np.float32)
 
 _LOG2_E = np.float32(1.4426950408889634)
 
+# Tile stages are separately compiled Numba functions rather than inlined
+# helpers: each is typed and optimised once per process (and cached with the
+# kernels that call them), where inlining made every kernel body re-type and
+# re-optimise all of them; its cold compile took most of a minute. A call per
+# tile of `KEY_TILE` keys costs nothing next to the tile's work.
+stage = kernel(fastmath={"reassoc", "contract"})
+
 
 @helper
 def exp_float32(value):
@@ -95,7 +102,7 @@ def dot2x4(query0, query1, key0, key1, key2, key3, features):
     return a0, a1, a2, a3, b0, b1, b2, b3
 
 
-@helper
+@stage
 def tile_scores(queries, keys, scores, rows, count, features):
     """``scores[r, j] = queries[r] . keys[j]`` for a tile, by blocks of two
     query rows and four keys (fewer loads per multiply-add)."""
@@ -128,7 +135,7 @@ def tile_scores(queries, keys, scores, rows, count, features):
             scores[r, j] = total
 
 
-@helper
+@stage
 def tile_softmax(scores, rows, count, maxima, sums, acc, features):
     """Folds a tile of scores (masked ones `-inf`) into the running maxima
     and sums, rescales the accumulators, and leaves the unnormalised
@@ -158,7 +165,7 @@ def tile_softmax(scores, rows, count, maxima, sums, acc, features):
             sums[r] += total
 
 
-@helper
+@stage
 def tile_accumulate(weights, values, acc, rows, count, features):
     """``acc[r] += weights[r, :count] @ values[:count]``, as row updates of
     `acc` (vectorised over the features, no horizontal sums and no
@@ -337,9 +344,11 @@ def sdpa_online_kernel(dtype: str):
         m = element_array(mask_address, spans[4], np.float32)
         noise = element_array(noise_address, spans[5], np.float32)
         factor = np.float32(scale)
+        # `np.int64`: inside the parfor the index is unsigned, and the body
+        # would be compiled a second time for it.
         for task in prange(tasks):
             body(
-                task,
+                np.int64(task),
                 o,
                 q,
                 k,
@@ -449,7 +458,7 @@ def probability_kernel():
         batches, rows, count = scores.shape
         for task in prange(batches * rows):
             body(
-                task,
+                np.int64(task),
                 scores,
                 m,
                 noise,
@@ -483,7 +492,7 @@ def paged_attention_kernel(
     rows are those tokens times the query heads of the kv head, so every key
     and value tile is converted once for the whole GQA group.
     """
-    load, store = loader(dtype), storer(dtype)
+    body = paged_task_kernel(dtype)
     storage = STORAGE[dtype]
     table_storage, lengths_storage = STORAGE[table_dtype], STORAGE[lengths_dtype]
     cum_storage = STORAGE[cum_dtype]
@@ -515,30 +524,14 @@ def paged_attention_kernel(
         lengths = element_array(lengths_address, spans[5], lengths_storage)
         cum = element_array(cum_address, spans[6], cum_storage)
         slopes = element_array(slopes_address, spans[7], np.float32)
-        seqs, tokens, heads, kv_heads = sizes[0], sizes[1], sizes[2], sizes[3]
-        features, block_size, max_blocks, blocks = (
-            sizes[4],
-            sizes[5],
-            sizes[6],
-            sizes[7],
-        )
-        q_tok, q_head, q_col = strides[0], strides[1], strides[2]
-        o_tok, o_head, o_col = strides[3], strides[4], strides[5]
-        k_block, k_head, k_slot, k_col = strides[6], strides[7], strides[8], strides[9]
-        v_block, v_head, v_slot, v_col = (
-            strides[10],
-            strides[11],
-            strides[12],
-            strides[13],
-        )
+        seqs, tokens, kv_heads = sizes[0], sizes[1], sizes[3]
+        block_size, max_blocks, blocks = sizes[5], sizes[6], sizes[7]
         t_row, t_col, len_step, cum_step = (
             strides[14],
             strides[15],
             strides[16],
             strides[17],
         )
-        slope_step = strides[18]
-        group = heads // kv_heads
         capacity = max_blocks * block_size
 
         # Index checks, and the task list (sequence, first query token).
@@ -572,10 +565,13 @@ def paged_attention_kernel(
         if prefill and seqs > 0 and np.int64(cum[seqs * cum_step]) != tokens:
             report[0], report[1], report[2] = seqs, 0, np.int64(cum[seqs * cum_step])
             return 5
-        entry_seq = np.empty(entries, np.int64)
-        entry_token = np.empty(entries, np.int64)
+        # Per entry: sequence, first query token, keys in the sequence and
+        # its span of query tokens, so that the task body reads no index
+        # tensor but the block table.
+        entry_info = np.empty((entries, 5), np.int64)
         entry = 0
         for s in range(seqs):
+            n = np.int64(lengths[s * len_step])
             if prefill:
                 start = np.int64(cum[s * cum_step])
                 stop = np.int64(cum[(s + 1) * cum_step])
@@ -584,73 +580,130 @@ def paged_attention_kernel(
             else:
                 start, stop = s, s + 1
             for t in range(start, stop, block_tokens):
-                entry_seq[entry] = s
-                entry_token[entry] = t
+                entry_info[entry, 0] = s
+                entry_info[entry, 1] = t
+                entry_info[entry, 2] = n
+                entry_info[entry, 3] = start
+                entry_info[entry, 4] = stop
                 entry += 1
 
         factor = np.float32(scale)
+        # `np.int64`: inside the parfor the index is unsigned, and the body
+        # would be compiled a second time for it.
         for task in prange(entries * kv_heads):
-            e = task // kv_heads
-            g = task - e * kv_heads
-            s = entry_seq[e]
-            first = entry_token[e]
-            n = np.int64(lengths[s * len_step])
-            if prefill:
-                span_start = np.int64(cum[s * cum_step])
-                span_stop = np.int64(cum[(s + 1) * cum_step])
-            else:
-                span_start, span_stop = s, s + 1
-            count_tokens = min(block_tokens, span_stop - first)
-            # Position of query token `first` in its sequence.
-            position = n - (span_stop - span_start) + (first - span_start)
-            rows = count_tokens * group
-            queries = np.empty((rows, features), np.float32)
-            key_tile = np.empty((KEY_TILE, features), np.float32)
-            value_tile = np.empty((KEY_TILE, features), np.float32)
-            scores = np.empty((rows, KEY_TILE), np.float32)
-            maxima = np.full(rows, -np.inf, np.float32)
-            sums = np.zeros(rows, np.float32)
-            acc = np.zeros((rows, features), np.float32)
-            for t in range(count_tokens):
-                for h in range(group):
-                    base = (first + t) * q_tok + (g * group + h) * q_head
-                    r = t * group + h
-                    for d in range(features):
-                        queries[r, d] = np.float32(load(q, base + d * q_col)) * factor
-            end = position + count_tokens
-            for start in range(0, end, KEY_TILE):
-                count = min(KEY_TILE, end - start)
-                for j in range(count):
-                    slot = start + j
-                    block = np.int64(table[s * t_row + (slot // block_size) * t_col])
-                    within = slot - (slot // block_size) * block_size
-                    base = block * k_block + g * k_head + within * k_slot
-                    load_tile_row(key_tile, j, features, k, base, k_col, load)
-                    base = block * v_block + g * v_head + within * v_slot
-                    load_tile_row(value_tile, j, features, v, base, v_col, load)
-                tile_scores(queries, key_tile, scores, rows, count, features)
-                for t in range(count_tokens):
-                    limit = position + t  # the last key this token sees
-                    for h in range(group):
-                        r = t * group + h
-                        if has_alibi:
-                            slope = slopes[(g * group + h) * slope_step]
-                            for j in range(count):
-                                scores[r, j] += slope * np.float32(start + j - limit)
-                        for j in range(max(limit + 1 - start, 0), count):
-                            scores[r, j] = -np.inf
-                tile_softmax(scores, rows, count, maxima, sums, acc, features)
-                tile_accumulate(scores, value_tile, acc, rows, count, features)
-            for t in range(count_tokens):
-                for h in range(group):
-                    r = t * group + h
-                    base = (first + t) * o_tok + (g * group + h) * o_head
-                    inverse = np.float32(1) / sums[r] if sums[r] > 0 else np.float32(0)
-                    for d in range(features):
-                        store(o, base + d * o_col, acc[r, d] * inverse)
+            body(
+                np.int64(task),
+                o,
+                q,
+                k,
+                v,
+                table,
+                slopes,
+                entry_info,
+                sizes,
+                strides,
+                factor,
+                has_alibi,
+                block_tokens,
+            )
         return 0
 
-    return kernel(run, parallel=True, fastmath={"reassoc", "contract"})
+    return kernel(run, parallel=True)
+
+
+@cache
+def paged_task_kernel(dtype: str):
+    """One task of `paged_attention_kernel`: (entry, kv head), an entry
+    being ``(sequence, first query token, keys, span start, span stop)`` in
+    `entry_info`. Compiled apart from the parallel driver (keyed on the
+    operand dtype only), so the parallel passes see a one-call loop."""
+    load, store = loader(dtype), storer(dtype)
+
+    def task_body(
+        task,
+        o,
+        q,
+        k,
+        v,
+        table,
+        slopes,
+        entry_info,
+        sizes,
+        strides,
+        factor,
+        has_alibi,
+        block_tokens,
+    ):
+        heads, kv_heads = sizes[2], sizes[3]
+        features, block_size = sizes[4], sizes[5]
+        q_tok, q_head, q_col = strides[0], strides[1], strides[2]
+        o_tok, o_head, o_col = strides[3], strides[4], strides[5]
+        k_block, k_head, k_slot, k_col = strides[6], strides[7], strides[8], strides[9]
+        v_block, v_head, v_slot, v_col = (
+            strides[10],
+            strides[11],
+            strides[12],
+            strides[13],
+        )
+        t_row, t_col, slope_step = strides[14], strides[15], strides[18]
+        group = heads // kv_heads
+        e = task // kv_heads
+        g = task - e * kv_heads
+        s, first, n = entry_info[e, 0], entry_info[e, 1], entry_info[e, 2]
+        span_start, span_stop = entry_info[e, 3], entry_info[e, 4]
+        count_tokens = min(block_tokens, span_stop - first)
+        # Position of query token `first` in its sequence.
+        position = n - (span_stop - span_start) + (first - span_start)
+        rows = count_tokens * group
+        queries = np.empty((rows, features), np.float32)
+        key_tile = np.empty((KEY_TILE, features), np.float32)
+        value_tile = np.empty((KEY_TILE, features), np.float32)
+        scores = np.empty((rows, KEY_TILE), np.float32)
+        maxima = np.full(rows, -np.inf, np.float32)
+        sums = np.zeros(rows, np.float32)
+        acc = np.zeros((rows, features), np.float32)
+        for t in range(count_tokens):
+            for h in range(group):
+                base = (first + t) * q_tok + (g * group + h) * q_head
+                r = t * group + h
+                for d in range(features):
+                    queries[r, d] = np.float32(load(q, base + d * q_col)) * factor
+        end = position + count_tokens
+        for start in range(0, end, KEY_TILE):
+            count = min(KEY_TILE, end - start)
+            for j in range(count):
+                slot = start + j
+                block = np.int64(table[s * t_row + (slot // block_size) * t_col])
+                within = slot - (slot // block_size) * block_size
+                base = block * k_block + g * k_head + within * k_slot
+                load_tile_row(key_tile, j, features, k, base, k_col, load)
+                base = block * v_block + g * v_head + within * v_slot
+                load_tile_row(value_tile, j, features, v, base, v_col, load)
+            tile_scores(queries, key_tile, scores, rows, count, features)
+            for t in range(count_tokens):
+                limit = position + t  # the last key this token sees
+                for h in range(group):
+                    r = t * group + h
+                    if has_alibi:
+                        slope = slopes[(g * group + h) * slope_step]
+                        for j in range(count):
+                            scores[r, j] += slope * np.float32(start + j - limit)
+                    for j in range(max(limit + 1 - start, 0), count):
+                        scores[r, j] = -np.inf
+            tile_softmax(scores, rows, count, maxima, sums, acc, features)
+            tile_accumulate(scores, value_tile, acc, rows, count, features)
+        for t in range(count_tokens):
+            for h in range(group):
+                r = t * group + h
+                base = (first + t) * o_tok + (g * group + h) * o_head
+                inverse = np.float32(1) / sums[r] if sums[r] > 0 else np.float32(0)
+                for d in range(features):
+                    store(o, base + d * o_col, acc[r, d] * inverse)
+
+    # The driver captures this body, and the on-disk cache keys captured
+    # functions on their qualified names: make the name say the dtype.
+    task_body.__qualname__ += f"[{dtype}]"
+    return kernel(task_body, fastmath={"reassoc", "contract"})
 
 
 def overlaps(out, out_span: int, inputs) -> bool:

@@ -96,7 +96,8 @@ def insert_top(keys, indices, count, k, value, index):
     return count
 
 
-def _topk_gating_run(
+def _topk_gating_chunk(
+    chunk,
     addresses,
     spans,
     codes,
@@ -136,65 +137,133 @@ def _topk_gating_run(
     token_row, token_col = strides[2, 0], strides[2, 1]
     gating_row, gating_col = strides[3, 0], strides[3, 1]
     bias_step, padding_step = strides[4, 0], strides[5, 0]
-    for chunk in prange(chunks):
-        first = chunk * tokens // chunks
-        last = (chunk + 1) * tokens // chunks
-        scores = np.empty(experts, np.float32)
-        bias = np.zeros(experts, np.float32)
-        if has_bias:
-            load_real_row(bias, experts, b32, b16, bias_code, 0, bias_step)
-        keys = np.empty(max(topk, 1), np.float32)
-        chosen = np.empty(max(topk, 1), np.int64)
-        for t in range(first, last):
-            load_real_row(
-                scores, experts, g32, g16, gating_code, t * gating_row, gating_col
-            )
-            if softmax:
-                maximum = np.float32(-np.inf)
-                for e in range(experts):
-                    maximum = max(maximum, scores[e])
-                total = np.float32(0.0)
-                for e in range(experts):
-                    value = exp_float32(scores[e] - maximum)
-                    scores[e] = value
-                    total += value
-                inverse = np.float32(1.0) / total
-                for e in range(experts):
-                    scores[e] *= inverse
-            else:
-                for e in range(experts):
-                    scores[e] = sigmoid(scores[e])
-            count = 0
+    first = chunk * tokens // chunks
+    last = (chunk + 1) * tokens // chunks
+    scores = np.empty(experts, np.float32)
+    bias = np.zeros(experts, np.float32)
+    if has_bias:
+        load_real_row(bias, experts, b32, b16, bias_code, 0, bias_step)
+    keys = np.empty(max(topk, 1), np.float32)
+    chosen = np.empty(max(topk, 1), np.int64)
+    for t in range(first, last):
+        load_real_row(
+            scores, experts, g32, g16, gating_code, t * gating_row, gating_col
+        )
+        if softmax:
+            maximum = np.float32(-np.inf)
             for e in range(experts):
-                count = insert_top(keys, chosen, count, topk, scores[e] + bias[e], e)
-            padded = False
-            if has_padding:
-                flag = load_integer(pad8, pad32, pad64, padding_code, t * padding_step)
-                padded = flag != 0
+                maximum = max(maximum, scores[e])
             total = np.float32(0.0)
-            for j in range(topk):
-                total += scores[chosen[j]]
-            multiplier = factor
-            if renormalize and total != 0:
-                multiplier = factor / total
-            for j in range(topk):
-                weight_offset = t * weight_row + j * weight_col
-                id_offset = t * id_row + j * id_col
-                if padded:
-                    store_real(w32, w16, weight_code, weight_offset, np.float32(0.0))
-                    store_integer(id32, id64, id_code, id_offset, -1)
-                else:
-                    weight = scores[chosen[j]] * multiplier
-                    store_real(w32, w16, weight_code, weight_offset, weight)
-                    store_integer(id32, id64, id_code, id_offset, chosen[j])
-                if has_token:
-                    store_integer(
-                        tk32,
-                        tk64,
-                        token_code,
-                        t * token_row + j * token_col,
-                        j * tokens + t,
-                    )
+            for e in range(experts):
+                value = exp_float32(scores[e] - maximum)
+                scores[e] = value
+                total += value
+            inverse = np.float32(1.0) / total
+            for e in range(experts):
+                scores[e] *= inverse
+        else:
+            for e in range(experts):
+                scores[e] = sigmoid(scores[e])
+        count = 0
+        for e in range(experts):
+            count = insert_top(keys, chosen, count, topk, scores[e] + bias[e], e)
+        padded = False
+        if has_padding:
+            flag = load_integer(pad8, pad32, pad64, padding_code, t * padding_step)
+            padded = flag != 0
+        total = np.float32(0.0)
+        for j in range(topk):
+            total += scores[chosen[j]]
+        multiplier = factor
+        if renormalize and total != 0:
+            multiplier = factor / total
+        for j in range(topk):
+            weight_offset = t * weight_row + j * weight_col
+            id_offset = t * id_row + j * id_col
+            if padded:
+                store_real(w32, w16, weight_code, weight_offset, np.float32(0.0))
+                store_integer(id32, id64, id_code, id_offset, -1)
+            else:
+                weight = scores[chosen[j]] * multiplier
+                store_real(w32, w16, weight_code, weight_offset, weight)
+                store_integer(id32, id64, id_code, id_offset, chosen[j])
+            if has_token:
+                store_integer(
+                    tk32,
+                    tk64,
+                    token_code,
+                    t * token_row + j * token_col,
+                    j * tokens + t,
+                )
+
+
+# Each kernel is a serial chunk body compiled once, driven by a serial loop or
+# a `prange` loop: the parallel passes then see a one-call loop instead of
+# analysing the whole body, and the two drivers share the body's compile.
+# `reassoc` lets the row sums use several partial sums (vector lanes).
+_topk_gating_body = kernel(_topk_gating_chunk, fastmath={"reassoc", "contract"})
+
+
+def _topk_gating_serial(
+    addresses,
+    spans,
+    codes,
+    tokens,
+    experts,
+    topk,
+    strides,
+    softmax,
+    renormalize,
+    scale,
+    chunks,
+):
+    for chunk in range(chunks):
+        _topk_gating_body(
+            chunk,
+            addresses,
+            spans,
+            codes,
+            tokens,
+            experts,
+            topk,
+            strides,
+            softmax,
+            renormalize,
+            scale,
+            chunks,
+        )
+
+
+def _topk_gating_parallel(
+    addresses,
+    spans,
+    codes,
+    tokens,
+    experts,
+    topk,
+    strides,
+    softmax,
+    renormalize,
+    scale,
+    chunks,
+):
+    # `np.int64`: inside the parfor the index is unsigned, and the body would
+    # be compiled a second time for it.
+    for chunk in prange(chunks):
+        _topk_gating_body(
+            np.int64(chunk),
+            addresses,
+            spans,
+            codes,
+            tokens,
+            experts,
+            topk,
+            strides,
+            softmax,
+            renormalize,
+            scale,
+            chunks,
+        )
 
 
 @cache
@@ -208,15 +277,11 @@ def topk_gating_kernels():
     `token_expert_indices[t, j]` is ``j * tokens + t``. Operands, in
     `addresses`, `spans`, `codes` (`codes.py`) and the rows of `strides`:
     weights, ids, token indices, gating, bias, padding."""
-    # `reassoc` lets the row sums use several partial sums (vector lanes).
-    fastmath = {"reassoc", "contract"}
-    return (
-        kernel(_topk_gating_run, fastmath=fastmath),
-        kernel(_topk_gating_run, parallel=True, fastmath=fastmath),
-    )
+    return kernel(_topk_gating_serial), kernel(_topk_gating_parallel, parallel=True)
 
 
-def _grouped_topk_run(
+def _grouped_topk_chunk(
+    chunk,
     addresses,
     spans,
     codes,
@@ -241,54 +306,126 @@ def _grouped_topk_run(
     b16 = element_array(addresses[3], spans[3], np.uint16)
     per_group = experts // groups
     factor = np.float32(scale)
+    first = chunk * tokens // chunks
+    last = (chunk + 1) * tokens // chunks
+    scores = np.empty(experts, np.float32)
+    choice = np.empty(experts, np.float32)
+    group_scores = np.empty(groups, np.float32)
+    group_keys = np.empty(max(topk_group, 1), np.float32)
+    group_chosen = np.empty(max(topk_group, 1), np.int64)
+    keys = np.empty(max(topk, 1), np.float32)
+    chosen = np.zeros(max(topk, 1), np.int64)
+    pair_keys = np.empty(2, np.float32)
+    pair_chosen = np.empty(2, np.int64)
+    for t in range(first, last):
+        base = t * strides[2, 0]
+        for e in range(experts):
+            value = load_real(s32, s16, codes[2], base + e * strides[2, 1])
+            if use_sigmoid:
+                value = sigmoid(value)
+            scores[e] = value
+            choice[e] = value + load_real(b32, b16, codes[3], e * strides[3, 0])
+        for g in range(groups):
+            count = 0
+            for e in range(g * per_group, (g + 1) * per_group):
+                count = insert_top(pair_keys, pair_chosen, count, 2, choice[e], e)
+            group_scores[g] = pair_keys[0] + pair_keys[1]
+        count = 0
+        for g in range(groups):
+            count = insert_top(
+                group_keys, group_chosen, count, topk_group, group_scores[g], g
+            )
+        count = 0
+        for j in range(topk_group):
+            g = group_chosen[j]
+            for e in range(g * per_group, (g + 1) * per_group):
+                count = insert_top(keys, chosen, count, topk, choice[e], e)
+        total = np.float32(0.0)
+        for j in range(topk):
+            total += scores[chosen[j]]
+        multiplier = factor
+        if renormalize and total != 0:
+            multiplier = factor / total
+        for j in range(topk):
+            values[t * strides[0, 0] + j * strides[0, 1]] = (
+                scores[chosen[j]] * multiplier
+            )
+            store_integer(
+                i32, i64, codes[1], t * strides[1, 0] + j * strides[1, 1], chosen[j]
+            )
+
+
+_grouped_topk_body = kernel(_grouped_topk_chunk)
+
+
+def _grouped_topk_serial(
+    addresses,
+    spans,
+    codes,
+    tokens,
+    experts,
+    groups,
+    topk_group,
+    topk,
+    strides,
+    renormalize,
+    scale,
+    use_sigmoid,
+    chunks,
+):
+    for chunk in range(chunks):
+        _grouped_topk_body(
+            chunk,
+            addresses,
+            spans,
+            codes,
+            tokens,
+            experts,
+            groups,
+            topk_group,
+            topk,
+            strides,
+            renormalize,
+            scale,
+            use_sigmoid,
+            chunks,
+        )
+
+
+def _grouped_topk_parallel(
+    addresses,
+    spans,
+    codes,
+    tokens,
+    experts,
+    groups,
+    topk_group,
+    topk,
+    strides,
+    renormalize,
+    scale,
+    use_sigmoid,
+    chunks,
+):
+    # `np.int64`: inside the parfor the index is unsigned, and the body would
+    # be compiled a second time for it.
     for chunk in prange(chunks):
-        first = chunk * tokens // chunks
-        last = (chunk + 1) * tokens // chunks
-        scores = np.empty(experts, np.float32)
-        choice = np.empty(experts, np.float32)
-        group_scores = np.empty(groups, np.float32)
-        group_keys = np.empty(max(topk_group, 1), np.float32)
-        group_chosen = np.empty(max(topk_group, 1), np.int64)
-        keys = np.empty(max(topk, 1), np.float32)
-        chosen = np.zeros(max(topk, 1), np.int64)
-        pair_keys = np.empty(2, np.float32)
-        pair_chosen = np.empty(2, np.int64)
-        for t in range(first, last):
-            base = t * strides[2, 0]
-            for e in range(experts):
-                value = load_real(s32, s16, codes[2], base + e * strides[2, 1])
-                if use_sigmoid:
-                    value = sigmoid(value)
-                scores[e] = value
-                choice[e] = value + load_real(b32, b16, codes[3], e * strides[3, 0])
-            for g in range(groups):
-                count = 0
-                for e in range(g * per_group, (g + 1) * per_group):
-                    count = insert_top(pair_keys, pair_chosen, count, 2, choice[e], e)
-                group_scores[g] = pair_keys[0] + pair_keys[1]
-            count = 0
-            for g in range(groups):
-                count = insert_top(
-                    group_keys, group_chosen, count, topk_group, group_scores[g], g
-                )
-            count = 0
-            for j in range(topk_group):
-                g = group_chosen[j]
-                for e in range(g * per_group, (g + 1) * per_group):
-                    count = insert_top(keys, chosen, count, topk, choice[e], e)
-            total = np.float32(0.0)
-            for j in range(topk):
-                total += scores[chosen[j]]
-            multiplier = factor
-            if renormalize and total != 0:
-                multiplier = factor / total
-            for j in range(topk):
-                values[t * strides[0, 0] + j * strides[0, 1]] = (
-                    scores[chosen[j]] * multiplier
-                )
-                store_integer(
-                    i32, i64, codes[1], t * strides[1, 0] + j * strides[1, 1], chosen[j]
-                )
+        _grouped_topk_body(
+            np.int64(chunk),
+            addresses,
+            spans,
+            codes,
+            tokens,
+            experts,
+            groups,
+            topk_group,
+            topk,
+            strides,
+            renormalize,
+            scale,
+            use_sigmoid,
+            chunks,
+        )
 
 
 @cache
@@ -296,7 +433,10 @@ def grouped_topk_kernels():
     """Serial and parallel kernels of DeepSeek-style grouped top-k routing
     (see `infini.ops.base.grouped_topk`). Operands: values, indices, scores,
     bias."""
-    return kernel(_grouped_topk_run), kernel(_grouped_topk_run, parallel=True)
+    return (
+        kernel(_grouped_topk_serial),
+        kernel(_grouped_topk_parallel, parallel=True),
+    )
 
 
 @helper
@@ -328,8 +468,8 @@ def accumulate_row(total, x32, x16, code, base, step, hidden):
             total[h] += bfloat16_bits_to_float32(x16[base + h * step])
 
 
-def _moe_sum_run(
-    addresses, spans, codes, tokens, topk, hidden, map_size, strides, chunks
+def _moe_sum_chunk(
+    chunk, addresses, spans, codes, tokens, topk, hidden, map_size, strides, chunks
 ):
     # Operands: 0 output, 1 input, 2 topk_ids, 3 expert_map.
     o32 = element_array(addresses[0], spans[0], np.float32)
@@ -352,29 +492,69 @@ def _moe_sum_run(
     output_row, output_step = strides[0, 0], strides[0, 1]
     input_row, input_slot, input_step = strides[1, 0], strides[1, 1], strides[1, 2]
     id_row, id_slot, map_step = strides[2, 0], strides[2, 1], strides[3, 0]
-    for chunk in prange(chunks):
-        first = chunk * tokens // chunks
-        last = (chunk + 1) * tokens // chunks
-        total = np.empty(hidden, np.float32)
-        for t in range(first, last):
-            total[:] = 0.0
-            for j in range(topk):
-                if has_ids:
-                    offset = t * id_row + j * id_slot
-                    expert = load_integer(id8, id32, id64, id_code, offset)
-                    if has_map:
-                        if expert < 0 or expert >= map_size:
-                            continue
-                        expert = load_integer(
-                            map8, map32, map64, map_code, expert * map_step
-                        )
-                    if expert < 0:
+    first = chunk * tokens // chunks
+    last = (chunk + 1) * tokens // chunks
+    total = np.empty(hidden, np.float32)
+    for t in range(first, last):
+        total[:] = 0.0
+        for j in range(topk):
+            if has_ids:
+                offset = t * id_row + j * id_slot
+                expert = load_integer(id8, id32, id64, id_code, offset)
+                if has_map:
+                    if expert < 0 or expert >= map_size:
                         continue
-                base = t * input_row + j * input_slot
-                accumulate_row(total, x32, x16, input_code, base, input_step, hidden)
-            store_real_row(
-                total, hidden, o32, o16, output_code, t * output_row, output_step
-            )
+                    expert = load_integer(
+                        map8, map32, map64, map_code, expert * map_step
+                    )
+                if expert < 0:
+                    continue
+            base = t * input_row + j * input_slot
+            accumulate_row(total, x32, x16, input_code, base, input_step, hidden)
+        store_real_row(
+            total, hidden, o32, o16, output_code, t * output_row, output_step
+        )
+
+
+_moe_sum_body = kernel(_moe_sum_chunk, fastmath={"reassoc", "contract"})
+
+
+def _moe_sum_serial(
+    addresses, spans, codes, tokens, topk, hidden, map_size, strides, chunks
+):
+    for chunk in range(chunks):
+        _moe_sum_body(
+            chunk,
+            addresses,
+            spans,
+            codes,
+            tokens,
+            topk,
+            hidden,
+            map_size,
+            strides,
+            chunks,
+        )
+
+
+def _moe_sum_parallel(
+    addresses, spans, codes, tokens, topk, hidden, map_size, strides, chunks
+):
+    # `np.int64`: inside the parfor the index is unsigned, and the body would
+    # be compiled a second time for it.
+    for chunk in prange(chunks):
+        _moe_sum_body(
+            np.int64(chunk),
+            addresses,
+            spans,
+            codes,
+            tokens,
+            topk,
+            hidden,
+            map_size,
+            strides,
+            chunks,
+        )
 
 
 @cache
@@ -383,11 +563,7 @@ def moe_sum_kernels():
     the `topk` slots of each token, skipping slots whose (mapped) expert id
     is negative or outside the expert map; float32 accumulation. Operands:
     output, input, topk_ids, expert_map (code 0: absent)."""
-    fastmath = {"reassoc", "contract"}
-    return (
-        kernel(_moe_sum_run, fastmath=fastmath),
-        kernel(_moe_sum_run, parallel=True, fastmath=fastmath),
-    )
+    return kernel(_moe_sum_serial), kernel(_moe_sum_parallel, parallel=True)
 
 
 def _moe_align_run(
