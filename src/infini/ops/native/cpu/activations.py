@@ -155,118 +155,103 @@ def gelu_erf(x):
     return 0.5 * value * math.erfc(-value * _SQRT1_2)
 
 
-# Exact GELU in float32, for float32 and 16-bit results. With
-# ``t = 1 / (1 + c |x|)`` and ``u = 1 - t`` (c = 0.375),
+# Exact GELU in float32, for float32 and 16-bit results, from
 #
-#     erfc(|x| / sqrt(2)) = t exp(-x^2 / 2 + u Q(u)),
+#     Phi(-|x|) = erfc(|x| / sqrt(2)) / 2 = N(|x|) / D(|x|) exp(-x^2 / 2),
 #
-# where ``u Q(u) = ln(erfc(|x| / sqrt(2)) exp(x^2 / 2) / t)`` is smooth in u
-# (0 at x = 0, tending to ln(c sqrt(2 / pi)) as |x| grows), so one
-# polynomial gives `erfc` with a small *relative* error for every |x|, the
-# negative tail of GELU included, where ``1 + erf`` would cancel. `Q` is a
-# degree-9 weighted least-squares fit (near minimax) over |x| <= 13.5, its
-# coefficients rounded to float32 one at a time with the rest refitted after
-# each: within 5e-9 of the logarithm. Beyond 13.5, ``Phi(-|x|)`` is below
-# float32's normal range, and |x| is clamped there.
-_ERFC_SCALE = np.float32(0.375)
-_ERFC_Q0 = np.float32(-1.1276912689208984)
-_ERFC_Q1 = np.float32(-0.33572885394096375)
-_ERFC_Q2 = np.float32(0.1018325686454773)
-_ERFC_Q3 = np.float32(0.16055525839328766)
-_ERFC_Q4 = np.float32(0.15418165922164917)
-_ERFC_Q5 = np.float32(-0.30354630947113037)
-_ERFC_Q6 = np.float32(0.5782628655433655)
-_ERFC_Q7 = np.float32(-0.9476727247238159)
-_ERFC_Q8 = np.float32(0.6969723105430603)
-_ERFC_Q9 = np.float32(-0.18380554020404816)
-# A line through d(u Q(u))/du (within 0.1 of it): it only scales the
-# correction for the rounding of `u`, itself below 2e-7.
-_ERFC_SLOPE_U = np.float32(0.006336041260510683)
-_ERFC_SLOPE_0 = np.float32(-1.2095224857330322)
-_GELU_ERF_CLAMP = np.float32(13.5)
+# where ``N / D`` stands for ``erfcx(|x| / sqrt(2)) / 2``, a smooth function
+# that falls like ``1 / |x|``: a rational function of degrees 4 and 5 gives
+# it with a small *relative* error for every |x|, the negative tail of GELU
+# included, where ``1 + erf`` would cancel. Its coefficients are a minimax
+# fit of that relative error over |x| <= 13 (where ``Phi(-|x|)`` leaves
+# float32's normal range), rounded to float32 and nudged by ulps: within
+# 3.6e-8. All are positive, so Horner's scheme adds no cancellation; `N` is
+# monic (its first step is an addition).
+_ERFC_N0 = np.float32(124.0411148071289)
+_ERFC_N1 = np.float32(107.93534851074219)
+_ERFC_N2 = np.float32(44.913169860839844)
+_ERFC_N3 = np.float32(9.910500526428223)
+# `D` doubled (exactly), for the factor 1/2 of `Phi`.
+_ERFC_D0 = np.float32(2.0 * 124.0411148071289)
+_ERFC_D1 = np.float32(2.0 * 206.9059600830078)
+_ERFC_D2 = np.float32(2.0 * 147.97860717773438)
+_ERFC_D3 = np.float32(2.0 * 57.521358489990234)
+_ERFC_D4 = np.float32(2.0 * 12.42200756072998)
+_ERFC_D5 = np.float32(2.0 * 1.2532930374145508)
+# ``exp(-y / 2) - 1 = y Q(y)`` for |y| <= ln 2: a degree-6 minimax fit of
+# the relative error of ``exp``, within 6e-9.
+_EXP_HALF_Q1 = np.float32(-0.5)
+_EXP_HALF_Q2 = np.float32(0.12499993294477463)
+_EXP_HALF_Q3 = np.float32(-0.020833129063248634)
+_EXP_HALF_Q4 = np.float32(0.002604554407298565)
+_EXP_HALF_Q5 = np.float32(-0.0002616044075693935)
+_EXP_HALF_Q6 = np.float32(2.1223524527158588e-05)
+_MINUS_HALF_LOG2E = np.float32(-0.5 * 1.4426950408889634)
+# ln 2 doubled, in two parts as `_LN2_HIGH` and `_LN2_LOW`.
+_LN2_HIGH_TWICE = np.float32(2.0 * 0.693359375)
+_LN2_LOW_TWICE = np.float32(2.0 * -2.12194440e-4)
 _FLOAT32_MAX = np.float32(3.4028234663852886e38)
 _NEGATIVE_ZERO32 = np.float32(-0.0)
 # Adding 1.5 * 2^23 rounds a float32 of magnitude below 2^22 to an integer,
-# which then sits in the low bits of the sum's significand.
+# which then sits in the low bits of the sum's significand: shifted left by
+# 23, minus the shifter's bits shifted likewise, that integer is a power of
+# two's exponent field.
 _ROUNDING_SHIFTER = np.float32(12582912.0)
-_ROUNDING_SHIFTER_BITS = np.int32(0x4B400000)
-# `t exp(r)` is at least 0.1 (t >= 1 / 6.07, exp(r) >= 0.7), so scaling it by
-# 2^(k - 1) through its exponent field stays a normal float for k >= -120;
-# below that `Phi` is under 4e-38 and is flushed to zero.
-_GELU_ERF_LOWEST_K = np.int32(-121)
+_SHIFTER_EXPONENT = np.uint32((0x4B400000 << 23) & 0xFFFFFFFF)
+# ``N / D exp(r)`` is at least 0.02 (2^-6) for |x| <= 13, so scaling it by
+# 2^n through its exponent field stays a normal float for n >= -120; below
+# that ``Phi`` is under 3e-38 and is flushed to zero.
+_GELU_ERF_LOWEST_N = np.float32(-120.5)
 
 
 @helper
 def gelu_erf_float32(x):
     """Exact GELU ``x * Phi(x)`` in float32 arithmetic (see the constants
-    above), written ``max(x, -0) - |x| Phi(-|x|)`` with
-    ``Phi(-|x|) = erfc(|x| / sqrt(2)) / 2`` and one final rounding. The
-    roundings that the result's relative error would feel are either exact
-    (``x^2`` as two parts, the remainders of `t` and `u` through
-    `fma_float32`) or land on quantities below 0.5, so the result is within
-    2e-7 relative of the exact value wherever ``Phi(-|x|) >= 4e-38``
-    (`tests/test_gelu.py` sweeps it against float64); below that it is
-    ``max(x, -0)``, within 1e-36. Branch-free and without libm calls: loops
-    over it vectorise. NaN and infinities as in torch (``gelu(-inf)`` is
-    NaN)."""
+    above), written ``max(x, -0) - |x| Phi(-|x|)`` with one final rounding.
+    The exponent's reduction uses the exact square ``x^2`` (up to 182 where
+    it matters), so that its rounding does not become a relative error of
+    ``exp``; the other roundings (the polynomials, the quotient) add up to
+    a few 1e-7 relative wherever ``Phi(-|x|) >= 3e-38`` (`tests/test_gelu.py`
+    sweeps it against float64); below that it is ``max(x, -0)``, within
+    4e-37. Branch-free and without libm calls: loops over it vectorise. NaN
+    and infinities as in torch (``gelu(-inf)`` is NaN)."""
     # `min` keeps a NaN `x` (Python's argument order); +inf becomes finite so
     # that ``inf * 0`` cannot appear below, while -inf stays and gives NaN.
+    # No clamp: wherever `|x|` is too large for what follows (overflows,
+    # NaNs), `n` is far below `_GELU_ERF_LOWEST_N` and the tail is flushed.
     magnitude = abs(min(x, _FLOAT32_MAX))
-    clamped = min(magnitude, _GELU_ERF_CLAMP)
-    # -x^2 / 2 = square_high + square_low exactly.
-    minus_half = -_HALF32 * clamped
-    square_high = minus_half * clamped
-    square_low = fma_float32(minus_half, clamped, -square_high)
-    d = fma_float32(_ERFC_SCALE, clamped, _ONE32)
-    t = np.divide(_ONE32, d)
-    u = _ONE32 - t
-    # The exact t is t (1 + t_error): the rounding of `d` (`1 - d` is exact
-    # for d >= 1) and the division's remainder. The exact u is u + u_error.
-    d_error = fma_float32(_ERFC_SCALE, clamped, _ONE32 - d)
-    t_error = fma_float32(-d_error, t, fma_float32(-t, d, _ONE32))
-    u_error = fma_float32(-t, t_error, -t - (u - _ONE32))
-    slope = fma_float32(_ERFC_SLOPE_U, u, _ERFC_SLOPE_0)
-    # The small terms of the exponent: ln(1 + t_error) ~ t_error for the
-    # factor `t`, and the first-order effect of u_error on u Q(u).
-    low = fma_float32(slope, u_error, square_low + t_error)
-    # u Q(u) = u Q0 + u^2 rest(u): the rounding of the part that cancels
-    # against the reduction below is a single `fma_float32`.
-    rest = _ERFC_Q9
-    rest = fma_float32(rest, u, _ERFC_Q8)
-    rest = fma_float32(rest, u, _ERFC_Q7)
-    rest = fma_float32(rest, u, _ERFC_Q6)
-    rest = fma_float32(rest, u, _ERFC_Q5)
-    rest = fma_float32(rest, u, _ERFC_Q4)
-    rest = fma_float32(rest, u, _ERFC_Q3)
-    rest = fma_float32(rest, u, _ERFC_Q2)
-    rest = fma_float32(rest, u, _ERFC_Q1)
-    u_squared = u * u
-    # exp of the exponent as in `exp_float32`, with n = round(exponent /
-    # ln 2) and the reduction summed from the largest part down
-    # (`square_high - n * _LN2_HIGH` is exact).
-    estimate = fma_float32(u_squared, rest, fma_float32(u, _ERFC_Q0, square_high))
-    shifted = fma_float32(estimate, _LOG2E, _ROUNDING_SHIFTER)
+    # exp(-x^2 / 2) = 2^n exp(-y / 2) with n = round(-x^2 / (2 ln 2)) and
+    # y = x^2 + 2 n ln 2 (|y| <= ln 2): `n * _LN2_HIGH_TWICE` is exact, and
+    # `fma_float32` adds it to the exact square, rounding only the small
+    # difference (a rounded x^2, up to 182, would be off by 4e-6).
+    square = magnitude * magnitude
+    shifted = fma_float32(square, _MINUS_HALF_LOG2E, _ROUNDING_SHIFTER)
     n = shifted - _ROUNDING_SHIFTER
-    r = fma_float32(n, -_LN2_HIGH, square_high)
-    r = fma_float32(u, _ERFC_Q0, r)
-    r = fma_float32(u_squared, rest, r)
-    r = r + low
-    r = fma_float32(n, -_LN2_LOW, r)
-    expm1 = _EXP_P0
-    expm1 = fma_float32(expm1, r, _EXP_P1)
-    expm1 = fma_float32(expm1, r, _EXP_P2)
-    expm1 = fma_float32(expm1, r, _EXP_P3)
-    expm1 = fma_float32(expm1, r, _EXP_P4)
-    expm1 = fma_float32(expm1, r, _EXP_P5)
-    expm1 = fma_float32(expm1, r * r, r)
-    # Phi(-|x|) = t exp(r) 2^(n - 1), with t exp(r) = t + t expm1(r) rounded
-    # once and the power of two added to its exponent field.
-    k = np.int32(float32_bits(shifted)) - _ROUNDING_SHIFTER_BITS
-    scaled = np.int32(float32_bits(fma_float32(t, expm1, t))) + (
-        (k - np.int32(1)) << np.int32(23)
+    y = fma_float32(magnitude, magnitude, n * _LN2_HIGH_TWICE)
+    y = fma_float32(n, _LN2_LOW_TWICE, y)
+    q = fma_float32(_EXP_HALF_Q6, y, _EXP_HALF_Q5)
+    q = fma_float32(q, y, _EXP_HALF_Q4)
+    q = fma_float32(q, y, _EXP_HALF_Q3)
+    q = fma_float32(q, y, _EXP_HALF_Q2)
+    q = fma_float32(q, y, _EXP_HALF_Q1)
+    expm1 = q * y
+    numerator = magnitude + _ERFC_N3
+    numerator = fma_float32(numerator, magnitude, _ERFC_N2)
+    numerator = fma_float32(numerator, magnitude, _ERFC_N1)
+    numerator = fma_float32(numerator, magnitude, _ERFC_N0)
+    denominator = fma_float32(_ERFC_D5, magnitude, _ERFC_D4)
+    denominator = fma_float32(denominator, magnitude, _ERFC_D3)
+    denominator = fma_float32(denominator, magnitude, _ERFC_D2)
+    denominator = fma_float32(denominator, magnitude, _ERFC_D1)
+    denominator = fma_float32(denominator, magnitude, _ERFC_D0)
+    # Phi(-|x|) = (N + N expm1) / D 2^n, the power of two added to the
+    # quotient's exponent field (or the whole flushed to zero).
+    quotient = np.divide(fma_float32(numerator, expm1, numerator), denominator)
+    scaled = float32_bits(quotient) + (
+        (float32_bits(shifted) << np.uint32(23)) - _SHIFTER_EXPONENT
     )
-    keep = np.int32(0) - np.int32(k > _GELU_ERF_LOWEST_K)
-    tail = bits_float32(np.uint32(scaled & keep))
+    keep = np.uint32(0) - np.uint32(n > _GELU_ERF_LOWEST_N)
+    tail = bits_float32(scaled & keep)
     return fma_float32(-magnitude, tail, max(x, _NEGATIVE_ZERO32))
 
 
