@@ -122,6 +122,36 @@ def test_gelu_float32_sweep_against_float64(
     )
 
 
+def _ordered(values):
+    """16-bit floats as integers in the order of their values (both zeros
+    0): neighbouring values differ by 1."""
+    bits = values.view(torch.int16).int()
+    return torch.where(bits < 0, -(bits & 0x7FFF), bits)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_gelu_none_16bit_every_input_within_an_ulp(dtype, device, implementation_index):
+    """The CPU kernel computes 16-bit results to 8e-6 relative in float32
+    (less than its float32 results need): rounded, each is the correctly
+    rounded GELU or a neighbour, for every finite input. Below 4e-37,
+    where `Phi(-|x|)` leaves float32's normal range, the result may flush
+    to zero."""
+    checks.skip_for_aten(implementation_index)
+    if device != "cpu":
+        pytest.skip("a claim about the CPU kernel's precision")
+    input = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16)
+    input = input.view(dtype)
+    input = input[input.isfinite()].to(device)
+    out = torch.empty_like(input)
+    checks.call(OP, input, out, ("none",), implementation_index)
+    expected = _reference_none(input.double())
+    rounded = expected.to(dtype)
+    close = (_ordered(out) - _ordered(rounded)).abs() <= 1
+    flushed = (expected.abs() < 4e-37) & (out.double().abs() < 4e-37)
+    bad = ~(close | flushed)
+    assert not bool(bad.any()), (input[bad][:8], out[bad][:8], rounded[bad][:8])
+
+
 @pytest.mark.smoke
 def test_gelu_in_place(device, implementation_index):
     checks.check_in_place(

@@ -155,104 +155,153 @@ def gelu_erf(x):
     return 0.5 * value * math.erfc(-value * _SQRT1_2)
 
 
-# Exact GELU in float32, for float32 and 16-bit results, from
+# Exact GELU in float32 arithmetic, from
 #
-#     Phi(-|x|) = erfc(|x| / sqrt(2)) / 2 = N(|x|) / D(|x|) exp(-x^2 / 2),
+#     Phi(-|x|) = erfc(|x| / sqrt(2)) / 2 = s N(|x|) / D(|x|) exp(-x^2 / 2),
 #
-# where ``N / D`` stands for ``erfcx(|x| / sqrt(2)) / 2``, a smooth function
-# that falls like ``1 / |x|``: a rational function of degrees 4 and 5 gives
-# it with a small *relative* error for every |x|, the negative tail of GELU
-# included, where ``1 + erf`` would cancel. Its coefficients are a minimax
-# fit of that relative error over |x| <= 13 (where ``Phi(-|x|)`` leaves
-# float32's normal range), rounded to float32 and nudged by ulps: within
-# 3.6e-8. All are positive, so Horner's scheme adds no cancellation; `N` is
-# monic (its first step is an addition).
-_ERFC_N0 = np.float32(124.0411148071289)
-_ERFC_N1 = np.float32(107.93534851074219)
-_ERFC_N2 = np.float32(44.913169860839844)
-_ERFC_N3 = np.float32(9.910500526428223)
-# `D` doubled (exactly), for the factor 1/2 of `Phi`.
-_ERFC_D0 = np.float32(2.0 * 124.0411148071289)
-_ERFC_D1 = np.float32(2.0 * 206.9059600830078)
-_ERFC_D2 = np.float32(2.0 * 147.97860717773438)
-_ERFC_D3 = np.float32(2.0 * 57.521358489990234)
-_ERFC_D4 = np.float32(2.0 * 12.42200756072998)
-_ERFC_D5 = np.float32(2.0 * 1.2532930374145508)
-# ``exp(-y / 2) - 1 = y Q(y)`` for |y| <= ln 2: a degree-6 minimax fit of
-# the relative error of ``exp``, within 6e-9.
-_EXP_HALF_Q1 = np.float32(-0.5)
-_EXP_HALF_Q2 = np.float32(0.12499993294477463)
-_EXP_HALF_Q3 = np.float32(-0.020833129063248634)
-_EXP_HALF_Q4 = np.float32(0.002604554407298565)
-_EXP_HALF_Q5 = np.float32(-0.0002616044075693935)
-_EXP_HALF_Q6 = np.float32(2.1223524527158588e-05)
+# where ``s N / D`` stands for ``erfcx(|x| / sqrt(2)) / 2``, a smooth
+# function that falls like ``1 / |x|``: a rational function gives it with a
+# small *relative* error for every |x|, the negative tail of GELU included,
+# where ``1 + erf`` would cancel (torch's float32 kernel is 2e-4 off at
+# x = -3 and returns 0 below -5.5). The coefficients are minimax fits of
+# that relative error over |x| <= 13 (where ``Phi(-|x|)`` leaves float32's
+# normal range), rounded to float32 one at a time with the rest refitted.
+# All are positive, so Horner's scheme adds no cancellation; `N` and `D` are
+# monic (their first steps are additions) and the scale `s` goes into the
+# polynomial of ``exp(-y / 2)``, the part of ``exp(-x^2 / 2)`` left after
+# taking out a power of two, ``2^n``, n = round(-x^2 / (2 ln 2)), so that
+# y = x^2 + 2 n ln 2 and |y| <= ln 2.
+#
+# Two precisions. For float32 results, degrees 4 and 5 (within 6e-8), a
+# degree-5 `exp` (within 1.1e-7) and a reduction that keeps the rounding of
+# x^2 out of `y`: the result is within 5e-7 relative. 16-bit results keep 8
+# or 11 bits of it, so there degrees 3 and 4 (within 1.1e-6), a degree-4
+# `exp` (within 2.8e-6) and the rounded x^2 (4e-6 at most) do: within 8e-6
+# relative, 1/30 of a float16 ulp, for a quarter fewer operations.
+_ERFC_N0 = np.float32(127.95389556884766)
+_ERFC_N1 = np.float32(110.79913330078125)
+_ERFC_N2 = np.float32(45.870513916015625)
+_ERFC_N3 = np.float32(10.050479888916016)
+_ERFC_D0 = np.float32(102.09415435791016)
+_ERFC_D1 = np.float32(169.86573791503906)
+_ERFC_D2 = np.float32(121.08625030517578)
+_ERFC_D3 = np.float32(46.85285186767578)
+_ERFC_D4 = np.float32(10.051494598388672)
+_ERFC_SHORT_N0 = np.float32(24.549264907836914)
+_ERFC_SHORT_N1 = np.float32(18.92546844482422)
+_ERFC_SHORT_N2 = np.float32(6.54295539855957)
+_ERFC_SHORT_D0 = np.float32(19.587827682495117)
+_ERFC_SHORT_D1 = np.float32(30.7285099029541)
+_ERFC_SHORT_D2 = np.float32(19.951189041137695)
+_ERFC_SHORT_D3 = np.float32(6.54258394241333)
+# ``s exp(-y / 2) = s + y Q(y)``.
+_EXP_HALF_S = np.float32(0.39894899725914)
+_EXP_HALF_Q1 = np.float32(-0.19947440922260284)
+_EXP_HALF_Q2 = np.float32(0.04986773803830147)
+_EXP_HALF_Q3 = np.float32(-0.008312109857797623)
+_EXP_HALF_Q4 = np.float32(0.0010448172688484192)
+_EXP_HALF_Q5 = np.float32(-0.00010316995030734688)
+_EXP_HALF_SHORT_Q1 = np.float32(-0.19946788251399994)
+_EXP_HALF_SHORT_Q2 = np.float32(0.04987163469195366)
+_EXP_HALF_SHORT_Q3 = np.float32(-0.008371686562895775)
+_EXP_HALF_SHORT_Q4 = np.float32(0.0010351099772378802)
 _MINUS_HALF_LOG2E = np.float32(-0.5 * 1.4426950408889634)
-# ln 2 doubled, in two parts as `_LN2_HIGH` and `_LN2_LOW`.
+# 2 ln 2, in one part and in two as `_LN2_HIGH` and `_LN2_LOW`.
+_LN2_TWICE = np.float32(2.0 * 0.6931471805599453)
 _LN2_HIGH_TWICE = np.float32(2.0 * 0.693359375)
 _LN2_LOW_TWICE = np.float32(2.0 * -2.12194440e-4)
 _FLOAT32_MAX = np.float32(3.4028234663852886e38)
 _NEGATIVE_ZERO32 = np.float32(-0.0)
 # Adding 1.5 * 2^23 rounds a float32 of magnitude below 2^22 to an integer,
 # which then sits in the low bits of the sum's significand: shifted left by
-# 23, minus the shifter's bits shifted likewise, that integer is a power of
-# two's exponent field.
+# 23 (the shifter's own bits shift out), that integer is a power of two's
+# exponent field.
 _ROUNDING_SHIFTER = np.float32(12582912.0)
-_SHIFTER_EXPONENT = np.uint32((0x4B400000 << 23) & 0xFFFFFFFF)
-# ``N / D exp(r)`` is at least 0.02 (2^-6) for |x| <= 13, so scaling it by
-# 2^n through its exponent field stays a normal float for n >= -120; below
-# that ``Phi`` is under 3e-38 and is flushed to zero.
+# ``s N / D exp(-y / 2)`` is at least 0.02 (2^-6) for |x| <= 13, so scaling
+# it by 2^n through its exponent field stays a normal float for n >= -120;
+# below that ``Phi`` is under 3e-38 and is flushed to zero.
 _GELU_ERF_LOWEST_N = np.float32(-120.5)
 
 
 @helper
+def _gelu_erf_magnitude(x):
+    """``|x|``, with +inf made finite so that ``inf * 0`` cannot appear in
+    `_gelu_erf_result`, while -inf stays and gives NaN there; NaN stays
+    (`min` keeps its first argument when unordered). No clamp: wherever
+    ``|x|`` is too large for the polynomials (overflows, NaNs), `n` is far
+    below `_GELU_ERF_LOWEST_N` and the tail is flushed."""
+    return abs(min(x, _FLOAT32_MAX))
+
+
+@helper
+def _gelu_erf_result(x, magnitude, quotient, shifted, n):
+    """``max(x, -0) - |x| Phi(-|x|)`` rounded once, with ``Phi(-|x|) =
+    quotient 2^n``: the power of two added to the quotient's exponent
+    field, or the whole flushed to zero (see `_GELU_ERF_LOWEST_N`)."""
+    scaled = float32_bits(quotient) + (float32_bits(shifted) << np.uint32(23))
+    keep = np.uint32(0) - np.uint32(n > _GELU_ERF_LOWEST_N)
+    tail = bits_float32(scaled & keep)
+    return fma_float32(-magnitude, tail, max(x, _NEGATIVE_ZERO32))
+
+
+@helper
 def gelu_erf_float32(x):
-    """Exact GELU ``x * Phi(x)`` in float32 arithmetic (see the constants
-    above), written ``max(x, -0) - |x| Phi(-|x|)`` with one final rounding.
-    The exponent's reduction uses the exact square ``x^2`` (up to 182 where
-    it matters), so that its rounding does not become a relative error of
-    ``exp``; the other roundings (the polynomials, the quotient) add up to
-    a few 1e-7 relative wherever ``Phi(-|x|) >= 3e-38`` (`tests/test_gelu.py`
-    sweeps it against float64); below that it is ``max(x, -0)``, within
-    4e-37. Branch-free and without libm calls: loops over it vectorise. NaN
-    and infinities as in torch (``gelu(-inf)`` is NaN)."""
-    # `min` keeps a NaN `x` (Python's argument order); +inf becomes finite so
-    # that ``inf * 0`` cannot appear below, while -inf stays and gives NaN.
-    # No clamp: wherever `|x|` is too large for what follows (overflows,
-    # NaNs), `n` is far below `_GELU_ERF_LOWEST_N` and the tail is flushed.
-    magnitude = abs(min(x, _FLOAT32_MAX))
-    # exp(-x^2 / 2) = 2^n exp(-y / 2) with n = round(-x^2 / (2 ln 2)) and
-    # y = x^2 + 2 n ln 2 (|y| <= ln 2): `n * _LN2_HIGH_TWICE` is exact, and
-    # `fma_float32` adds it to the exact square, rounding only the small
-    # difference (a rounded x^2, up to 182, would be off by 4e-6).
+    """Exact GELU ``x * Phi(x)`` for float32 results (see the constants
+    above): within 5e-7 relative wherever ``Phi(-|x|) >= 3e-38``
+    (`tests/test_gelu.py` sweeps it against float64); below that it is
+    ``max(x, -0)``, within 4e-37. Branch-free and without libm calls: loops
+    over it vectorise. NaN and infinities as in torch (``gelu(-inf)`` is
+    NaN)."""
+    magnitude = _gelu_erf_magnitude(x)
     square = magnitude * magnitude
     shifted = fma_float32(square, _MINUS_HALF_LOG2E, _ROUNDING_SHIFTER)
     n = shifted - _ROUNDING_SHIFTER
+    # y = x^2 + 2 n ln 2: `n * _LN2_HIGH_TWICE` is exact, and `fma_float32`
+    # adds it to the exact square, rounding only the small difference (a
+    # rounded x^2, up to 170, would be off by 4e-6).
     y = fma_float32(magnitude, magnitude, n * _LN2_HIGH_TWICE)
     y = fma_float32(n, _LN2_LOW_TWICE, y)
-    q = fma_float32(_EXP_HALF_Q6, y, _EXP_HALF_Q5)
-    q = fma_float32(q, y, _EXP_HALF_Q4)
+    q = fma_float32(_EXP_HALF_Q5, y, _EXP_HALF_Q4)
     q = fma_float32(q, y, _EXP_HALF_Q3)
     q = fma_float32(q, y, _EXP_HALF_Q2)
     q = fma_float32(q, y, _EXP_HALF_Q1)
-    expm1 = q * y
+    scaled_exp = fma_float32(q, y, _EXP_HALF_S)
     numerator = magnitude + _ERFC_N3
     numerator = fma_float32(numerator, magnitude, _ERFC_N2)
     numerator = fma_float32(numerator, magnitude, _ERFC_N1)
     numerator = fma_float32(numerator, magnitude, _ERFC_N0)
-    denominator = fma_float32(_ERFC_D5, magnitude, _ERFC_D4)
+    denominator = magnitude + _ERFC_D4
     denominator = fma_float32(denominator, magnitude, _ERFC_D3)
     denominator = fma_float32(denominator, magnitude, _ERFC_D2)
     denominator = fma_float32(denominator, magnitude, _ERFC_D1)
     denominator = fma_float32(denominator, magnitude, _ERFC_D0)
-    # Phi(-|x|) = (N + N expm1) / D 2^n, the power of two added to the
-    # quotient's exponent field (or the whole flushed to zero).
-    quotient = np.divide(fma_float32(numerator, expm1, numerator), denominator)
-    scaled = float32_bits(quotient) + (
-        (float32_bits(shifted) << np.uint32(23)) - _SHIFTER_EXPONENT
-    )
-    keep = np.uint32(0) - np.uint32(n > _GELU_ERF_LOWEST_N)
-    tail = bits_float32(scaled & keep)
-    return fma_float32(-magnitude, tail, max(x, _NEGATIVE_ZERO32))
+    quotient = np.divide(numerator * scaled_exp, denominator)
+    return _gelu_erf_result(x, magnitude, quotient, shifted, n)
+
+
+@helper
+def gelu_erf_float32_short(x):
+    """`gelu_erf_float32` for 16-bit results: within 8e-6 relative, so that
+    rounded to float16 or bfloat16 it is the correctly rounded GELU or a
+    neighbour (`tests/test_gelu.py` checks every input)."""
+    magnitude = _gelu_erf_magnitude(x)
+    square = magnitude * magnitude
+    shifted = fma_float32(square, _MINUS_HALF_LOG2E, _ROUNDING_SHIFTER)
+    n = shifted - _ROUNDING_SHIFTER
+    y = fma_float32(n, _LN2_TWICE, square)
+    q = fma_float32(_EXP_HALF_SHORT_Q4, y, _EXP_HALF_SHORT_Q3)
+    q = fma_float32(q, y, _EXP_HALF_SHORT_Q2)
+    q = fma_float32(q, y, _EXP_HALF_SHORT_Q1)
+    scaled_exp = fma_float32(q, y, _EXP_HALF_S)
+    numerator = magnitude + _ERFC_SHORT_N2
+    numerator = fma_float32(numerator, magnitude, _ERFC_SHORT_N1)
+    numerator = fma_float32(numerator, magnitude, _ERFC_SHORT_N0)
+    denominator = magnitude + _ERFC_SHORT_D3
+    denominator = fma_float32(denominator, magnitude, _ERFC_SHORT_D2)
+    denominator = fma_float32(denominator, magnitude, _ERFC_SHORT_D1)
+    denominator = fma_float32(denominator, magnitude, _ERFC_SHORT_D0)
+    quotient = np.divide(numerator * scaled_exp, denominator)
+    return _gelu_erf_result(x, magnitude, quotient, shifted, n)
 
 
 @helper

@@ -8,6 +8,7 @@ from infini.ops.core.registry import implementation
 from infini.ops.native.cpu.activations import (
     gelu_erf,
     gelu_erf_float32,
+    gelu_erf_float32_short,
     gelu_tanh_float32,
     gelu_tanh_float64,
 )
@@ -28,8 +29,11 @@ def gelu_kernels(dtype: str, approximate: str):
     if dtype == "float64":
         # libm's `erfc` in float64.
         return unary_kernels(gelu_erf, dtype, dtype, dtype)
-    # Vectorisable float32 arithmetic (16-bit inputs are widened to float32).
-    return unary_kernels(gelu_erf_float32, dtype, dtype, dtype)
+    # Vectorisable float32 arithmetic (16-bit inputs are widened to float32),
+    # to the precision the result keeps.
+    if dtype == "float32":
+        return unary_kernels(gelu_erf_float32, dtype, dtype, dtype)
+    return unary_kernels(gelu_erf_float32_short, dtype, dtype, dtype)
 
 
 @implementation(operator="gelu", devices=("cpu",), slot=0)
