@@ -96,6 +96,8 @@ def installed_manifest(target: Path) -> dict:
 def surface(target: Path) -> dict:
     """Import the installed package in a fresh interpreter and describe it."""
     environment = {**os.environ, "PYTHONPATH": str(target)}
+    # The installed build's own manifest, not a developer's source-tree one.
+    environment.pop("INFINI_OPS_MANIFEST", None)
     result = subprocess.run(
         [sys.executable, "-c", SURFACE_PROBE],
         capture_output=True,
