@@ -58,6 +58,7 @@ def precompile(selected: list[str]) -> int:
             "(GENERATE_OPERATOR_CALL_INSTANTIATIONS=OFF): kernels compile on first use"
         )
         return 0
+    failures: list[str] = []
     for item in instantiations:
         if selected and item["operator"] not in selected:
             continue
@@ -71,16 +72,26 @@ def precompile(selected: list[str]) -> int:
         ]
         start = time.perf_counter()
         compiled = 0
-        for cls in classes:
-            hook = getattr(cls, "precompile", None)
-            if hook is not None:
-                compiled += hook() or 0
         label = f"{item['operator']} on {item['device']} slot {item['slot']}"
+        try:
+            for cls in classes:
+                hook = getattr(cls, "precompile", None)
+                if hook is not None:
+                    compiled += hook() or 0
+        except Exception as error:  # noqa: BLE001 - reported, the others go on
+            # One failing warm-up must not leave every later operator
+            # uncompiled; the exit status still reports it.
+            print(f"{label}: precompile failed: {type(error).__name__}: {error}")
+            failures.append(label)
+            continue
         if compiled:
             seconds = time.perf_counter() - start
             print(f"{label}: compiled by {compiled} warm-up calls in {seconds:.1f} s")
         else:
             print(f"{label}: compiles on first use")
+    if failures:
+        print(f"precompile failed for {len(failures)}: {', '.join(failures)}")
+        return 1
     return 0
 
 
