@@ -97,6 +97,24 @@ def test_gelu_special_values(approximate, dtype, device, implementation_index):
     )
 
 
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16], ids=str
+)
+def test_gelu_none_huge_negative_inputs_give_negative_zero(
+    dtype, device, implementation_index
+):
+    # Far below the tail erfc underflows; a split square whose error term
+    # grows with |x| once turned these into 0 * inf = NaN.
+    input = torch.tensor([-6e4, -4.295e4, -1e3, -60.0], dtype=dtype)
+    if dtype != torch.float16:
+        input = torch.cat([input, torch.tensor([-4.295e9, -1e30], dtype=dtype)])
+    input = input.to(device)
+    out = torch.full_like(input, float("nan"))
+    checks.call(OP, input, out, ("none",), implementation_index)
+    assert torch.equal(out, torch.zeros_like(out)), out
+    assert out.signbit().all(), out
+
+
 # The CPU kernel of exact GELU keeps a small relative error all the way
 # down the negative tail: 4.1e-7 at worst over this sweep (`fma` rounds
 # alike everywhere, so that is the same on every machine), bounded here at

@@ -85,7 +85,10 @@ def erfc_float64(z, TERMS: tl.constexpr):
     / sqrt(pi)`` times Laplace's continued fraction
     ``1 / (z + (1/2) / (z + (2/2) / (z + ...)))`` cut after `TERMS` terms
     (40 reach float64 precision at 2, 20 reach 1e-9)."""
-    large = tl.maximum(z, 2.0)
+    # Above 40 erfc is below float64's range (0); the clamp also keeps the
+    # split square's error term finite (for z near 1e9 it reaches 1e3, and
+    # exp(-square) * exp(-error) would be 0 * inf).
+    large = tl.minimum(tl.maximum(z, 2.0), 40.0)
     tail = tl.zeros_like(z)
     for step in tl.static_range(TERMS):
         tail = ((TERMS - step) * 0.5) / (large + tail)
