@@ -4,6 +4,9 @@ import infini.ops
 from benchmarks.harness import Case, nbytes
 from benchmarks.ops._sampling import VOCAB, vllm_top_k_top_p
 
+# Compute-bound: GB/s is reported, not held to the copy bandwidth.
+MEMORY_BOUND = False
+
 
 def cases(tokens, dtype):
     logits = torch.randn(tokens, VOCAB, dtype=dtype) * 3

@@ -4,6 +4,9 @@ import infini.ops
 from benchmarks.harness import Case, nbytes
 from benchmarks.ops._sampling import VOCAB
 
+# Compute-bound: GB/s is reported, not held to the copy bandwidth.
+MEMORY_BOUND = False
+
 
 def _flashinfer_eager(logits, top_k, top_p):
     """FlashInfer's "top_k_first" order in torch eager: top-k mask,

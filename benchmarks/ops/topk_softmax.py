@@ -3,6 +3,9 @@ import torch
 import infini.ops
 from benchmarks.harness import Case, nbytes
 
+# Compute-bound: GB/s is reported, not held to the copy bandwidth.
+MEMORY_BOUND = False
+
 # (experts, topk): Mixtral-like and Qwen-MoE-like routers.
 ROUTERS = ((8, 2), (64, 8))
 
