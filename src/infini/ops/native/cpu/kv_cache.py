@@ -164,32 +164,41 @@ def cache_write_kernels(
             n0, n1, n2 = plan[block + N0], plan[block + N1], plan[block + N2]
             s0, s1, s2 = plan[block + S0], plan[block + S1], plan[block + S2]
             d0, d1, d2 = plan[block + D0], plan[block + D1], plan[block + D2]
-            for chunk in prange(chunks):
-                first = chunk * tokens // chunks
-                last = (chunk + 1) * tokens // chunks
-                for token in range(first, last):
-                    b = token // seq
-                    s = token - b * seq
-                    if append:
-                        position = np.int64(index[b * index_b]) + s
-                        dst_base = b * dst_a + position * dst_b
-                    else:
-                        slot = np.int64(index[token * index_s])
-                        if slot < 0:
-                            continue
-                        block_index = slot // block_size
-                        dst_base = (
-                            block_index * dst_a
-                            + (slot - block_index * block_size) * dst_b
-                        )
-                    src_base = b * src_b + s * src_s
-                    for i in range(n0):
-                        for j in range(n1):
-                            # Unsigned indices skip Numba's negative-index
-                            # wraparound, so the copy loop vectorises.
-                            from_base = np.uint64(src_base + i * s0 + j * s1)
-                            to_base = np.uint64(dst_base + i * d0 + j * d1)
-                            for e in range(n2):
+            if append:
+                # One unit per (sequence, row of the per-token matrix),
+                # copying that row for every token of the sequence: each
+                # unit then walks source and cache in memory order (the
+                # tokens of a head are adjacent in both), where a token-major
+                # walk would interleave all the heads' streams.
+                rows = n0 * n1
+                units = batch * rows
+                # When a row's tokens are back to back in both tensors (the
+                # usual layout), a unit is one run of `seq * n2` elements.
+                flat = src_s == n2 * s2 and dst_b == n2 * d2
+                steps = 1 if flat else seq
+                run_length = seq * n2 if flat else n2
+                for chunk in prange(chunks):
+                    first = chunk * units // chunks
+                    last = (chunk + 1) * units // chunks
+                    for unit in range(first, last):
+                        b = unit // rows
+                        row = unit - b * rows
+                        i = row // n1
+                        j = row - i * n1
+                        past = np.int64(index[b * index_b])
+                        src_row = b * src_b + i * s0 + j * s1
+                        dst_row = b * dst_a + past * dst_b + i * d0 + j * d1
+                        for s in range(steps):
+                            from_base = np.uint64(src_row + s * src_s)
+                            to_base = np.uint64(dst_row + s * dst_b)
+                            if not fp8 and s2 == 1 and d2 == 1:
+                                # Unit strides spelled out: a plain copy
+                                # loop that vectorises.
+                                for e in range(run_length):
+                                    offset = np.uint64(e)
+                                    dst[to_base + offset] = src[from_base + offset]
+                                continue
+                            for e in range(run_length):
                                 source = from_base + np.uint64(e * s2)
                                 target = to_base + np.uint64(e * d2)
                                 if fp8:
@@ -198,6 +207,37 @@ def cache_write_kernels(
                                     )
                                 else:
                                     dst[target] = src[source]
+            else:
+                for chunk in prange(chunks):
+                    first = chunk * tokens // chunks
+                    last = (chunk + 1) * tokens // chunks
+                    for token in range(first, last):
+                        b = token // seq
+                        s = token - b * seq
+                        slot = np.int64(index[token * index_s])
+                        if slot < 0:
+                            continue
+                        block_index = slot // block_size
+                        dst_base = (
+                            block_index * dst_a
+                            + (slot - block_index * block_size) * dst_b
+                        )
+                        src_base = b * src_b + s * src_s
+                        for i in range(n0):
+                            for j in range(n1):
+                                # Unsigned indices skip Numba's negative-index
+                                # wraparound, so the copy loop vectorises.
+                                from_base = np.uint64(src_base + i * s0 + j * s1)
+                                to_base = np.uint64(dst_base + i * d0 + j * d1)
+                                for e in range(n2):
+                                    source = from_base + np.uint64(e * s2)
+                                    target = to_base + np.uint64(e * d2)
+                                    if fp8:
+                                        dst[target] = to_fp8(
+                                            np.float32(load(src, source)) / scale
+                                        )
+                                    else:
+                                        dst[target] = src[source]
         return -1
 
     return kernel(run), kernel(run, parallel=True)
@@ -233,6 +273,8 @@ class CacheWrite:
         plan[INDEX_SPAN], plan[BLOCK_SIZE], plan[LIMIT] = index_span, block_size, limit
         plan[COUNT] = len(pairs)
         per_token = 0
+        # The fewest per-token matrix rows of any pair (append-mode units).
+        min_rows = 1 << 62
         for which, pair in enumerate(pairs):
             src, src_strides, dst, dst_strides, shape, inner_src, inner_dst = pair
             block = COMMON + which * BLOCK
@@ -251,13 +293,16 @@ class CacheWrite:
             plan[block + S0 : block + S2 + 1] = inner_src
             plan[block + D0 : block + D2 + 1] = inner_dst
             per_token += int(np.prod(shape))
+            min_rows = min(min_rows, shape[0] * shape[1])
         self.empty = tokens == 0
         work = tokens * per_token
-        if work < PARALLEL_THRESHOLD or tokens == 1:
+        # Append mode parallelises over (sequence, matrix row) units, slot
+        # mode over tokens; a chunk holds about CHUNK_ELEMENTS elements.
+        units = batch * min_rows if append else tokens
+        if work < PARALLEL_THRESHOLD or units == 1:
             chunks = 1
         else:
-            per_chunk = max(1, CHUNK_ELEMENTS // max(per_token, 1))
-            chunks = min(tokens, -(-tokens // per_chunk))
+            chunks = min(units, -(-work // CHUNK_ELEMENTS))
         plan[CHUNKS] = chunks
         self.plan = plan
         # "fp8" is e4m3: one kernel serves both names.
