@@ -137,6 +137,17 @@ def test_add_other_dtypes_wrap_like_torch(dtype, device, implementation_index):
         assert torch.equal(out, torch.add(input, other, alpha=3))
 
 
+def test_add_token_major_inputs_into_heads_major_output(device, implementation_index):
+    """Rows of the output are visited in tiles of tokens when the inputs hold
+    tokens outermost; every element must still be written once."""
+    tokens, heads, head = 45, 32, 128
+    input = torch.randn(tokens, heads, head, device=device)
+    other = torch.randn(tokens, heads, head, device=device)
+    out = torch.empty(heads, tokens, head, device=device).transpose(0, 1)
+    infini.ops.add(input, other, out, implementation_index=implementation_index)
+    torch.testing.assert_close(out, input + other, rtol=1e-6, atol=0)
+
+
 def test_add_broadcasts_inputs_of_lower_rank(device, implementation_index):
     _skip_unsupported_by_triton_jit(implementation_index, reason="broadcasting")
     input = torch.randn(5, 1, 3, device=device)

@@ -168,7 +168,51 @@ class RowPlan:
                 ).reshape(-1)
             offsets.append(row_offsets)
         self.row_offsets = np.stack(offsets) if offsets else np.zeros((0, 1), np.int64)
+        order = _tiled_row_order(outer_shape, operand_strides, self.inner_strides)
+        if order is not None:
+            self.row_offsets = self.row_offsets[:, order]
         self.spans = tuple(span(shape, strides) for strides in operand_strides)
+
+
+# Elements of the read-side block a tiled row order keeps in cache.
+ROW_TILE_ELEMENTS = 16384
+
+
+def _tiled_row_order(outer_shape, operand_strides, inner_strides):
+    """A row order that visits the two innermost outer dimensions in tiles,
+    or `None` to keep row-major order.
+
+    Rows are ordered by the output's strides, so when another operand has
+    those two dimensions the other way round (a ``(tokens, heads, head)``
+    tensor copied into a heads-major one), walking rows in order reads that
+    operand one row per page. Tiles of `tile` rows along the inner outer
+    dimension keep the rows it reads in cache until the neighbouring rows
+    (the next heads) use them, while the output still gets runs of `tile`
+    consecutive rows. Only for rows contiguous in every operand: strided
+    rows go to the tiled kernels instead.
+    """
+    if len(outer_shape) < 2 or any(step != 1 for step in inner_strides):
+        return None
+    slow, fast = outer_shape[-2], outer_shape[-1]
+    swapped = [
+        abs(strides[-2])
+        for strides in operand_strides[1:]
+        if abs(strides[-3]) < abs(strides[-2])
+    ]
+    if not swapped:
+        return None
+    tile = max(1, ROW_TILE_ELEMENTS // max(swapped))
+    if tile >= fast:
+        return None
+    grid = np.arange(int(np.prod(outer_shape)), dtype=np.int64).reshape(
+        -1, slow, fast
+    )
+    prefix = grid.shape[0]
+    parts = [
+        grid[:, :, start : start + tile].reshape(prefix, -1)
+        for start in range(0, fast, tile)
+    ]
+    return np.concatenate(parts, axis=1).reshape(-1)
 
 
 def _order_by_first(shape, operand_strides):
