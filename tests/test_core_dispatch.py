@@ -100,6 +100,22 @@ def test_cache_is_keyed_on_geometry_not_data():
     assert len(entry._local.cache) == 1
 
 
+def test_overloads_sharing_an_argument_count_pick_by_argument_types():
+    """`fill`'s two overloads both take three arguments: repeated calls
+    alternating a float and a tensor `value` each run the matching one."""
+    infini.ops.Fill.clear_cache()
+    entry = infini.ops._entries["fill"]
+    out = torch.empty(3, 4)
+    for round in range(3):
+        infini.ops.fill(out, 2.5 + round, out)
+        assert torch.equal(out, torch.full((3, 4), 2.5 + round))
+        infini.ops.fill(out, torch.tensor(-1.0 - round), out)
+        assert torch.equal(out, torch.full((3, 4), -1.0 - round))
+    # One operator per (overload, value): three floats and one tensor kind.
+    assert len(entry._local.cache) == 4
+    assert len(entry._memo) == 2
+
+
 def test_cache_is_per_thread():
     infini.ops.Add.clear_cache()
     entry = infini.ops._entries["add"]

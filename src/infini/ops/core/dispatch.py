@@ -562,6 +562,10 @@ def make_function(entry: OperatorEntry) -> Callable:
             # operator and never uses the cache (contract 5.1).
             if config is None and not kwargs:
                 remembered = entry._by_arity.get(len(args))
+                if remembered is None:
+                    # Overloads sharing this count: the choice remembered
+                    # for these argument types (`fill(out, 0.0, out)`).
+                    remembered = entry._memo.get(tuple(map(type, args)))
                 if remembered is not None and not remembered[1]:
                     bound = remembered[0]
                     try:
@@ -585,6 +589,10 @@ def make_function(entry: OperatorEntry) -> Callable:
             # layer costs a measurable share of the host overhead.
             if not kwargs:
                 remembered = entry._by_arity.get(len(args))
+                if remembered is None:
+                    # Overloads sharing this count: the choice remembered
+                    # for these argument types (`fill(out, 0.0, out)`).
+                    remembered = entry._memo.get(tuple(map(type, args)))
                 if remembered is not None and not remembered[1]:
                     bound = remembered[0]
                     try:
