@@ -204,9 +204,7 @@ def _tiled_row_order(outer_shape, operand_strides, inner_strides):
     tile = max(1, ROW_TILE_ELEMENTS // max(swapped))
     if tile >= fast:
         return None
-    grid = np.arange(int(np.prod(outer_shape)), dtype=np.int64).reshape(
-        -1, slow, fast
-    )
+    grid = np.arange(int(np.prod(outer_shape)), dtype=np.int64).reshape(-1, slow, fast)
     prefix = grid.shape[0]
     parts = [
         grid[:, :, start : start + tile].reshape(prefix, -1)
