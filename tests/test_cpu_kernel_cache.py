@@ -79,3 +79,26 @@ def test_another_package_version_does_not_load_the_cached_kernels(tmp_path):
     assert upgraded["directory"] != first["directory"]
     assert Path(upgraded["directory"]).name.startswith("999.0.0-")
     assert upgraded["compiles"] > 0
+
+
+def test_an_uncachable_kernel_warns_instead_of_failing():
+    """Numba declines to cache a compiled kernel that holds process-specific
+    addresses ("dynamic globals") and warns naming the kernel's file: the
+    package's cache locator must provide that file."""
+    import warnings
+    from types import SimpleNamespace
+
+    from numba.core.errors import NumbaWarning
+
+    from infini.ops.native.cpu.elementwise import fill_kernels
+
+    dispatcher = fill_kernels("uint32")[0]
+    compiled = SimpleNamespace(
+        lifted=(),
+        library=SimpleNamespace(has_dynamic_globals=True),
+        fndesc=SimpleNamespace(qualname="fill_kernels.<locals>.run"),
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert not dispatcher._cache._impl.check_cachable(compiled)
+    assert any(issubclass(w.category, NumbaWarning) for w in caught)

@@ -62,6 +62,8 @@ class _KernelCacheLocator(caching._CacheLocator):
 
     def __init__(self, py_func, py_file):
         self._lineno = py_func.__code__.co_firstlineno
+        # Numba names the file in its "cannot cache" warning.
+        self._py_file = py_file
         relative = Path(py_file).resolve().relative_to(_PACKAGE_DIR)
         self._cache_path = str(kernel_cache_dir() / relative.with_suffix(""))
 
