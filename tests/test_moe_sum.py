@@ -16,6 +16,9 @@ DTYPES = (
 CASES = (
     (16, 2, 64, None, None, False, True),
     (33, 8, 64, None, None, True, False),
+    # Slots summed four at a time, then the rest (six, five after masking).
+    (7, 6, 96, None, None, False, False),
+    (9, 5, 40, (400, 80, 1), None, True, False),
     (1, 2, 4096, None, None, False, False),
     (5, 3, 33, (200, 40, 1), (1, 5), True, False),
     (4, 2, 8, (2, 1, 8), None, False, False),

@@ -468,6 +468,31 @@ def accumulate_row(total, x32, x16, code, base, step, hidden):
             total[h] += bfloat16_bits_to_float32(x16[base + h * step])
 
 
+@helper
+def accumulate_four_rows(total, x32, x16, code, b0, b1, b2, b3, hidden):
+    """`accumulate_row` of four contiguous rows at once: one load and store
+    of `total` per four rows read, which keeps the loop streaming the rows
+    rather than bound by its own stores."""
+    if code == 0:
+        r0, r1 = x32[b0 : b0 + hidden], x32[b1 : b1 + hidden]
+        r2, r3 = x32[b2 : b2 + hidden], x32[b3 : b3 + hidden]
+        for h in range(hidden):
+            total[h] += (r0[h] + r1[h]) + (r2[h] + r3[h])
+        return
+    q0, q1 = x16[b0 : b0 + hidden], x16[b1 : b1 + hidden]
+    q2, q3 = x16[b2 : b2 + hidden], x16[b3 : b3 + hidden]
+    if code == 1:
+        for h in range(hidden):
+            total[h] += (
+                float16_bits_to_float32(q0[h]) + float16_bits_to_float32(q1[h])
+            ) + (float16_bits_to_float32(q2[h]) + float16_bits_to_float32(q3[h]))
+    else:
+        for h in range(hidden):
+            total[h] += (
+                bfloat16_bits_to_float32(q0[h]) + bfloat16_bits_to_float32(q1[h])
+            ) + (bfloat16_bits_to_float32(q2[h]) + bfloat16_bits_to_float32(q3[h]))
+
+
 def _moe_sum_chunk(
     chunk, addresses, spans, codes, tokens, topk, hidden, map_size, strides, chunks
 ):
@@ -495,8 +520,10 @@ def _moe_sum_chunk(
     first = chunk * tokens // chunks
     last = (chunk + 1) * tokens // chunks
     total = np.empty(hidden, np.float32)
+    # The input rows of a token's slots that count (expert ids not skipped).
+    bases = np.empty(max(topk, 1), np.int64)
     for t in range(first, last):
-        total[:] = 0.0
+        count = 0
         for j in range(topk):
             if has_ids:
                 offset = t * id_row + j * id_slot
@@ -509,8 +536,27 @@ def _moe_sum_chunk(
                     )
                 if expert < 0:
                     continue
-            base = t * input_row + j * input_slot
-            accumulate_row(total, x32, x16, input_code, base, input_step, hidden)
+            bases[count] = t * input_row + j * input_slot
+            count += 1
+        total[:] = 0.0
+        j = 0
+        if input_step == 1:
+            while j + 4 <= count:
+                accumulate_four_rows(
+                    total,
+                    x32,
+                    x16,
+                    input_code,
+                    bases[j],
+                    bases[j + 1],
+                    bases[j + 2],
+                    bases[j + 3],
+                    hidden,
+                )
+                j += 4
+        while j < count:
+            accumulate_row(total, x32, x16, input_code, bases[j], input_step, hidden)
+            j += 1
         store_real_row(
             total, hidden, o32, o16, output_code, t * output_row, output_step
         )
