@@ -15,7 +15,7 @@ from functools import cache
 import numpy as np
 
 from .jit import helper
-from .memory import STORAGE, span
+from .memory import STORAGE, span, streaming_outputs, streaming_threshold
 from .numeric import (
     bfloat16_bits_to_float32,
     float16_bits_to_float32,
@@ -24,6 +24,7 @@ from .numeric import (
     float64_to_bfloat16_bits,
     float64_to_float16_bits,
 )
+from .precompile import STREAMED_SHAPE
 
 # The type arithmetic runs in: float32 for 16-bit floats (upcast first, as the
 # contract's references do), the dtype itself otherwise.
@@ -251,6 +252,19 @@ def coalesce(shape, operand_strides):
     return tuple(merged_shape), [tuple(s) for s in merged_strides]
 
 
+# Output dtypes a streaming kernel may write: stored as they are computed
+# (16-bit floats and `bool` are rounded or normalised by their storers).
+STREAMABLE_DTYPES = frozenset(
+    ("float32", "float64", "int32", "int64", "uint32", "uint64")
+)
+
+
+def streams(dtype: str, nbytes: int) -> bool:
+    """Whether an output of `dtype` in an operation moving `nbytes` bytes
+    is written with streaming stores (it would not stay in the cache)."""
+    return dtype in STREAMABLE_DTYPES and nbytes >= streaming_threshold()
+
+
 # Elements per parallel chunk, and the size below which kernels run serially
 # (waking the thread pool costs more than it saves on small tensors).
 CHUNK = 16384
@@ -442,7 +456,7 @@ def unary_kernels(transform, in_dtype: str, out_dtype: str, compute: str):
     from numba import prange
 
     from .jit import kernel
-    from .memory import element_array
+    from .memory import element_array, store_streaming, streaming_fence
 
     load = loader(in_dtype)
     store = storer(out_dtype, compute)
@@ -504,6 +518,18 @@ def unary_kernels(transform, in_dtype: str, out_dtype: str, compute: str):
             for i in range(stop - start):
                 store(oc, i, transform(compute_type(load(xc, i))))
 
+    def flat_streaming(out_address, in_address, total, chunk_size, chunks):
+        o = element_array(out_address, total, out_storage)
+        x = element_array(in_address, total, in_storage)
+        for chunk in prange(chunks):
+            start = chunk * chunk_size
+            stop = min(start + chunk_size, total)
+            oc = o[start:stop]
+            xc = x[start:stop]
+            for i in range(stop - start):
+                store_streaming(oc, i, transform(compute_type(load(xc, i))))
+            streaming_fence()
+
     def tiled(
         out_address,
         in_address,
@@ -542,6 +568,7 @@ def unary_kernels(transform, in_dtype: str, out_dtype: str, compute: str):
         kernel(flat, parallel=True),
         kernel(tiled),
         kernel(tiled, parallel=True),
+        kernel(flat_streaming, parallel=True),
     )
 
 
@@ -612,7 +639,9 @@ class UnaryLaunch:
     plan, the kernel (the flat one when both operands are contiguous alike),
     and the arguments it takes. Calls take the two data addresses."""
 
-    def __init__(self, shape, out_strides, in_strides, kernels) -> None:
+    def __init__(
+        self, shape, out_strides, in_strides, kernels, streaming: bool = False
+    ) -> None:
         self.plan = plan = RowPlan(shape, [tuple(out_strides), tuple(in_strides)])
         self.numel = plan.numel
         self.chunk_size, self.chunks = chunking(plan)
@@ -631,6 +660,8 @@ class UnaryLaunch:
             self.tiles = -(-plan.rows // TILE_ROWS) * -(-plan.inner // TILE_COLUMNS)
         if self.flat:
             self.kernel = kernels[3] if parallel else kernels[2]
+            if parallel and streaming:
+                self.kernel = kernels[6]
         elif self.tiles:
             self.kernel = kernels[5] if parallel and self.tiles > 1 else kernels[4]
         else:
@@ -684,9 +715,17 @@ class UnaryElementwise:
     An instance is the implementation's `launch`: ``(stream, input, out)``.
     """
 
-    def __init__(self, out, input, kernels) -> None:
+    def __init__(self, out, input, kernels, streaming: bool = False) -> None:
         in_strides = broadcast_strides(input.shape, input.strides, out.shape)
-        self.pass_ = UnaryLaunch(out.shape, out.strides, in_strides, kernels)
+        numel = int(np.prod(out.shape, dtype=np.int64))
+        nbytes = numel * (out.element_size + input.element_size)
+        self.pass_ = UnaryLaunch(
+            out.shape,
+            out.strides,
+            in_strides,
+            kernels,
+            streaming=streaming and streams(out.dtype, nbytes),
+        )
         self.numel = self.pass_.numel
         spans = self.pass_.plan.spans
         self.out_bytes = spans[0] * out.element_size
@@ -867,7 +906,7 @@ def flat_binary_kernels(combine, dtype: str):
     from numba import prange
 
     from .jit import kernel
-    from .memory import element_array
+    from .memory import element_array, store_streaming, streaming_fence
 
     load, store = loader(dtype), storer(dtype, dtype)
     storage = STORAGE[dtype]
@@ -893,7 +932,30 @@ def flat_binary_kernels(combine, dtype: str):
                     ),
                 )
 
-    return kernel(run), kernel(run, parallel=True)
+    def run_streaming(
+        out_address, a_address, b_address, total, chunk_size, chunks, scalar
+    ):
+        o = element_array(out_address, total, storage)
+        a = element_array(a_address, total, storage)
+        b = element_array(b_address, total, storage)
+        value = compute_type(scalar)
+        for chunk in prange(chunks):
+            start = chunk * chunk_size
+            stop = min(start + chunk_size, total)
+            oc = o[start:stop]
+            ac = a[start:stop]
+            bc = b[start:stop]
+            for i in range(stop - start):
+                store_streaming(
+                    oc,
+                    i,
+                    combine(
+                        compute_type(load(ac, i)), compute_type(load(bc, i)), value
+                    ),
+                )
+            streaming_fence()
+
+    return kernel(run), kernel(run, parallel=True), kernel(run_streaming, parallel=True)
 
 
 class BinaryElementwise:
@@ -905,7 +967,9 @@ class BinaryElementwise:
     overlaps an input in any way other than exactly (see `AliasGuard`).
     """
 
-    def __init__(self, combine, out, input, other, scalar) -> None:
+    def __init__(
+        self, combine, out, input, other, scalar, streaming: bool = False
+    ) -> None:
         shape = out.shape
         strides = [
             out.strides,
@@ -925,6 +989,13 @@ class BinaryElementwise:
             else binary_kernels(combine, dtype, dtype, dtype, dtype)
         )
         self.kernel = kernels[1] if self.chunks > 1 else kernels[0]
+        if (
+            streaming
+            and self.flat
+            and self.chunks > 1
+            and streams(dtype, 3 * self.numel * out.element_size)
+        ):
+            self.kernel = kernels[2]
         # Byte extents for the overlap test, and whether an input may be
         # written in place (same elements in the same order as `out`).
         size = out.element_size
@@ -1063,5 +1134,9 @@ def precompile_unary_elementwise(operator: str, dtypes, *scalars) -> int:
             if transpose:
                 input = input.t()
             function(input, *scalars, out, implementation_index=0)
+            calls += 1
+        with streaming_outputs():
+            input = torch.zeros(STREAMED_SHAPE, dtype=dtype)
+            function(input, *scalars, torch.empty_like(input), implementation_index=0)
             calls += 1
     return calls

@@ -7,8 +7,11 @@ into a 1-D array spanning the elements a tensor can reach.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numba
 import numpy as np
+from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
@@ -65,3 +68,84 @@ def ranges_overlap(address_a, span_a, size_a, address_b, span_b, size_b) -> bool
     end_a = address_a + span_a * size_a
     end_b = address_b + span_b * size_b
     return address_a < end_b and address_b < end_a
+
+
+# Streaming (non-temporal) stores: an output that cannot stay in the cache
+# anyway is written past it, which spares reading each of its cache lines
+# before overwriting it (a third less memory traffic for a copy).
+
+
+@intrinsic
+def store_streaming(typingctx, array, index, value):
+    """``array[index] = value`` (converted to the array's type) as a
+    non-temporal store. `index` must be in range: nothing is checked."""
+    if not isinstance(array, types.Array) or not isinstance(index, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        array_type, _, value_type = signature.args
+        data = context.make_array(array_type)(context, builder, args[0]).data
+        converted = context.cast(builder, args[2], value_type, array_type.dtype)
+        store = builder.store(converted, builder.gep(data, [args[1]]))
+        store.set_metadata(
+            "nontemporal", builder.module.add_metadata([ir.IntType(32)(1)])
+        )
+        return context.get_dummy_value()
+
+    return types.void(array, index, value), codegen
+
+
+@intrinsic
+def streaming_fence(typingctx):
+    """Orders the streaming stores before anything the thread does next (they
+    are weakly ordered: `mfence` on x86-64), so that the threads joining a
+    parallel loop see them."""
+
+    def codegen(context, builder, signature, args):
+        builder.fence("seq_cst")
+        return context.get_dummy_value()
+
+    return types.void(), codegen
+
+
+def streaming_threshold() -> int:
+    """Bytes an operation must move before its output is streamed: twice the
+    last-level cache (sysfs on Linux; 32 MiB where it is unknown), so that
+    operands which could stay cached from one call to the next, and would be
+    read back faster from there, are stored as usual."""
+    global _STREAMING_THRESHOLD
+    if _STREAMING_THRESHOLD is None:
+        _STREAMING_THRESHOLD = 2 * (_last_level_cache_bytes() or 32 << 20)
+    return _STREAMING_THRESHOLD
+
+
+_STREAMING_THRESHOLD = None
+
+
+@contextmanager
+def streaming_outputs():
+    """Within the block, operators built stream every output they may,
+    whatever its size (`precompile` reaches the streaming kernels with small
+    tensors this way)."""
+    global _STREAMING_THRESHOLD
+    saved = streaming_threshold()
+    _STREAMING_THRESHOLD = 0
+    try:
+        yield
+    finally:
+        _STREAMING_THRESHOLD = saved
+
+
+def _last_level_cache_bytes() -> int:
+    from pathlib import Path
+
+    largest = 0
+    for size_file in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        try:
+            text = size_file.read_text().strip().upper()
+            multiplier = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+            number = int(text.rstrip("KMG"))
+        except (OSError, ValueError):
+            continue
+        largest = max(largest, number * multiplier)
+    return largest

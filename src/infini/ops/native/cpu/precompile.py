@@ -7,6 +7,12 @@ compiles and caches on disk every kernel variant those calls reach.
 
 from __future__ import annotations
 
+from .memory import streaming_outputs
+
+# A parallel, contiguous shape built under `streaming_outputs` reaches the
+# streaming kernels (used for outputs larger than the cache).
+STREAMED_SHAPE = (256, 512)
+
 # The dtypes whose kernels builds with GENERATE_OPERATOR_CALL_INSTANTIATIONS
 # compile ahead; other dtypes compile on their first call.
 PRECOMPILED_DTYPES = ("float32", "float16", "bfloat16")
@@ -32,6 +38,13 @@ def precompile_binary_elementwise(operator: str) -> int:
                 other = other.t()
                 out = out.t()
             function(input, other, out, implementation_index=0)
+            calls += 1
+        with streaming_outputs():
+            input, other = (
+                torch.zeros(STREAMED_SHAPE, dtype=dtype),
+                torch.zeros(STREAMED_SHAPE, dtype=dtype),
+            )
+            function(input, other, torch.empty_like(input), implementation_index=0)
             calls += 1
     return calls
 

@@ -22,7 +22,9 @@ class CpuAdd(Add):
         out = args.out
         # Integer `alpha` stays an int so that int64 arithmetic stays exact.
         alpha = self.alpha if is_float(out.dtype) else int(self.alpha)
-        self.launch = BinaryElementwise(_add, out, args.input, args.other, alpha).launch
+        self.launch = BinaryElementwise(
+            _add, out, args.input, args.other, alpha, streaming=True
+        ).launch
 
     @classmethod
     def precompile(cls) -> int:

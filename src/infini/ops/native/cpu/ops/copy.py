@@ -19,7 +19,12 @@ class CpuCopy(Copy):
         super().__init__(args)
         src, out = args.src, args.out
         self.launch = UnaryElementwise(
-            out, src, conversion_kernels(src.dtype, out.dtype)
+            out,
+            src,
+            conversion_kernels(src.dtype, out.dtype),
+            # Bit copies only: conversions store one element at a time
+            # when streamed, slower than their vectorised stores.
+            streaming=src.dtype == out.dtype,
         ).launch
 
     @classmethod

@@ -21,7 +21,7 @@ class CpuMul(Mul):
         # Products of 16-bit floats are exact in float32, so rounding the
         # float32 product once gives the correctly rounded result, as torch.
         self.launch = BinaryElementwise(
-            _mul, args.out, args.input, args.other, 0
+            _mul, args.out, args.input, args.other, 0, streaming=True
         ).launch
 
     @classmethod

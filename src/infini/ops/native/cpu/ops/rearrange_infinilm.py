@@ -19,7 +19,9 @@ class CpuRearrangeInfinilm(RearrangeInfinilm):
     def __init__(self, args) -> None:
         super().__init__(args)
         out = args.out
-        self.launch = UnaryElementwise(out, args.input, copy_kernels(out.element_size))
+        self.launch = UnaryElementwise(
+            out, args.input, copy_kernels(out.element_size), streaming=True
+        )
 
     @classmethod
     def precompile(cls) -> int:
