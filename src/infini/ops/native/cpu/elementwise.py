@@ -262,7 +262,7 @@ STREAMABLE_DTYPES = frozenset(
 def streams(dtype: str, nbytes: int) -> bool:
     """Whether an output of `dtype` in an operation moving `nbytes` bytes
     is written with streaming stores (it would not stay in the cache)."""
-    return dtype in STREAMABLE_DTYPES and nbytes >= streaming_threshold()
+    return dtype in STREAMABLE_DTYPES and nbytes > streaming_threshold()
 
 
 # Elements per parallel chunk, and the size below which kernels run serially

@@ -109,8 +109,8 @@ def streaming_fence(typingctx):
 
 
 def streaming_threshold() -> int:
-    """Bytes an operation must move before its output is streamed: twice the
-    last-level cache (sysfs on Linux; 32 MiB where it is unknown), so that
+    """Bytes an operation must move more than for its output to be streamed:
+    twice the last-level cache (sysfs on Linux; 32 MiB where it is unknown), so that
     operands which could stay cached from one call to the next, and would be
     read back faster from there, are stored as usual."""
     global _STREAMING_THRESHOLD
