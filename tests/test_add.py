@@ -138,9 +138,10 @@ def test_add_other_dtypes_wrap_like_torch(dtype, device, implementation_index):
 
 
 def test_add_token_major_inputs_into_heads_major_output(device, implementation_index):
-    """Rows of the output are visited in tiles of tokens when the inputs hold
-    tokens outermost; every element must still be written once."""
-    tokens, heads, head = 45, 32, 128
+    """Rows of large outputs are visited in tiles of tokens when the inputs
+    hold tokens outermost; every element must still be written once."""
+    # Over a million elements: tiled (a partial last tile of 3 tokens).
+    tokens, heads, head = 259, 32, 128
     input = torch.randn(tokens, heads, head, device=device)
     other = torch.randn(tokens, heads, head, device=device)
     out = torch.empty(heads, tokens, head, device=device).transpose(0, 1)

@@ -35,14 +35,15 @@ def _torch_rearrange(input, out, implementation_index):
         ((3, 1), None, (3, 5), None, torch.uint8),
         ((13, 4), (0, 1), (13, 4), (1, 13), torch.float64),
         ((512, 1024), None, (512, 1024), (1, 512), torch.float32),
-        # Token-major into heads-major (rows visited in tiles of tokens; the
-        # last tile is partial), with and without a batch dimension.
-        ((37, 32, 128), None, (37, 32, 128), (128, 37 * 128, 1), torch.float32),
+        # Token-major into heads-major, over a million elements (rows visited
+        # in tiles of tokens; the last tile is partial), with and without a
+        # batch dimension.
+        ((259, 32, 128), None, (259, 32, 128), (128, 259 * 128, 1), torch.float32),
         (
-            (2, 40, 16, 64),
+            (2, 520, 16, 64),
             None,
-            (2, 40, 16, 64),
-            (40 * 1024, 64, 40 * 64, 1),
+            (2, 520, 16, 64),
+            (520 * 1024, 64, 520 * 64, 1),
             torch.bfloat16,
         ),
         ((0, 4), None, (0, 4), None, torch.float32),
