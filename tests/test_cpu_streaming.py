@@ -77,39 +77,24 @@ def _meta(tensor):
     return TensorMeta(tuple(tensor.shape), tuple(tensor.stride()), dtype, "cpu")
 
 
-def _kernel_name(launch):
-    return launch.kernel.py_func.__name__
-
-
 def test_streaming_kernels_are_picked_only_where_they_may_be():
     from infini.ops.native.cpu.ops.add import _add
 
     big = _meta(torch.empty(SHAPE))
     half = _meta(torch.empty(SHAPE, dtype=torch.float16))
+    regular, streaming = elementwise.flat_binary_kernels(_add, "float32")[1:]
+    half_regular = elementwise.flat_binary_kernels(_add, "float16")[1]
     copy = elementwise.copy_kernels(4)
     with memory.streaming_outputs():
-        streamed = elementwise.BinaryElementwise(_add, big, big, big, 1.0, True)
-        assert _kernel_name(streamed) == "run_streaming"
-        assert (
-            _kernel_name(elementwise.UnaryElementwise(big, big, copy, True).pass_)
-            == "flat_streaming"
-        )
+        binary = elementwise.BinaryElementwise
+        assert binary(_add, big, big, big, 1.0, True).kernel is streaming
+        unary = elementwise.UnaryElementwise(big, big, copy, True)
+        assert unary.pass_.kernel is copy[6]
         # Not asked for (compute-bound callers), or a 16-bit output.
-        assert (
-            _kernel_name(elementwise.BinaryElementwise(_add, big, big, big, 1.0))
-            == "run"
-        )
-        assert (
-            _kernel_name(
-                elementwise.BinaryElementwise(_add, half, half, half, 1.0, True)
-            )
-            == "run"
-        )
+        assert binary(_add, big, big, big, 1.0).kernel is regular
+        assert binary(_add, half, half, half, 1.0, True).kernel is half_regular
     # Outside the block, these small tensors are stored as usual.
-    assert (
-        _kernel_name(elementwise.BinaryElementwise(_add, big, big, big, 1.0, True))
-        == "run"
-    )
+    assert binary(_add, big, big, big, 1.0, True).kernel is regular
 
 
 def test_only_native_outputs_of_large_operations_stream():

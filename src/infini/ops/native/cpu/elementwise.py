@@ -461,7 +461,12 @@ def unary_kernels(transform, in_dtype: str, out_dtype: str, compute: str):
     from numba import prange
 
     from .jit import kernel
-    from .memory import element_array, store_streaming, streaming_fence
+    from .memory import (
+        element_array,
+        no_fence,
+        store_streaming,
+        streaming_fence,
+    )
 
     load = loader(in_dtype)
     store = storer(out_dtype, compute)
@@ -512,28 +517,26 @@ def unary_kernels(transform, in_dtype: str, out_dtype: str, compute: str):
                 row += 1
                 first = 0
 
-    def flat(out_address, in_address, total, chunk_size, chunks):
-        o = element_array(out_address, total, out_storage)
-        x = element_array(in_address, total, in_storage)
-        for chunk in prange(chunks):
-            start = chunk * chunk_size
-            stop = min(start + chunk_size, total)
-            oc = o[start:stop]
-            xc = x[start:stop]
-            for i in range(stop - start):
-                store(oc, i, transform(compute_type(load(xc, i))))
+    def flat_kernel(write, finish):
+        """The flat kernel storing with `write`; each chunk ends with
+        `finish`."""
 
-    def flat_streaming(out_address, in_address, total, chunk_size, chunks):
-        o = element_array(out_address, total, out_storage)
-        x = element_array(in_address, total, in_storage)
-        for chunk in prange(chunks):
-            start = chunk * chunk_size
-            stop = min(start + chunk_size, total)
-            oc = o[start:stop]
-            xc = x[start:stop]
-            for i in range(stop - start):
-                store_streaming(oc, i, transform(compute_type(load(xc, i))))
-            streaming_fence()
+        def flat(out_address, in_address, total, chunk_size, chunks):
+            o = element_array(out_address, total, out_storage)
+            x = element_array(in_address, total, in_storage)
+            for chunk in prange(chunks):
+                start = chunk * chunk_size
+                stop = min(start + chunk_size, total)
+                oc = o[start:stop]
+                xc = x[start:stop]
+                for i in range(stop - start):
+                    write(oc, i, transform(compute_type(load(xc, i))))
+                finish()
+
+        return flat
+
+    flat = flat_kernel(store, no_fence)
+    flat_streaming = flat_kernel(store_streaming, streaming_fence)
 
     def tiled(
         out_address,
@@ -911,54 +914,45 @@ def flat_binary_kernels(combine, dtype: str):
     from numba import prange
 
     from .jit import kernel
-    from .memory import element_array, store_streaming, streaming_fence
+    from .memory import (
+        element_array,
+        no_fence,
+        store_streaming,
+        streaming_fence,
+    )
 
     load, store = loader(dtype), storer(dtype, dtype)
     storage = STORAGE[dtype]
     compute_type = COMPUTE[dtype]
 
-    def run(out_address, a_address, b_address, total, chunk_size, chunks, scalar):
-        o = element_array(out_address, total, storage)
-        a = element_array(a_address, total, storage)
-        b = element_array(b_address, total, storage)
-        value = compute_type(scalar)
-        for chunk in prange(chunks):
-            start = chunk * chunk_size
-            stop = min(start + chunk_size, total)
-            oc = o[start:stop]
-            ac = a[start:stop]
-            bc = b[start:stop]
-            for i in range(stop - start):
-                store(
-                    oc,
-                    i,
-                    combine(
-                        compute_type(load(ac, i)), compute_type(load(bc, i)), value
-                    ),
-                )
+    def flat_run(write, finish):
+        """The kernel storing with `write`; each chunk ends with `finish`."""
 
-    def run_streaming(
-        out_address, a_address, b_address, total, chunk_size, chunks, scalar
-    ):
-        o = element_array(out_address, total, storage)
-        a = element_array(a_address, total, storage)
-        b = element_array(b_address, total, storage)
-        value = compute_type(scalar)
-        for chunk in prange(chunks):
-            start = chunk * chunk_size
-            stop = min(start + chunk_size, total)
-            oc = o[start:stop]
-            ac = a[start:stop]
-            bc = b[start:stop]
-            for i in range(stop - start):
-                store_streaming(
-                    oc,
-                    i,
-                    combine(
-                        compute_type(load(ac, i)), compute_type(load(bc, i)), value
-                    ),
-                )
-            streaming_fence()
+        def run(out_address, a_address, b_address, total, chunk_size, chunks, scalar):
+            o = element_array(out_address, total, storage)
+            a = element_array(a_address, total, storage)
+            b = element_array(b_address, total, storage)
+            value = compute_type(scalar)
+            for chunk in prange(chunks):
+                start = chunk * chunk_size
+                stop = min(start + chunk_size, total)
+                oc = o[start:stop]
+                ac = a[start:stop]
+                bc = b[start:stop]
+                for i in range(stop - start):
+                    write(
+                        oc,
+                        i,
+                        combine(
+                            compute_type(load(ac, i)), compute_type(load(bc, i)), value
+                        ),
+                    )
+                finish()
+
+        return run
+
+    run = flat_run(store, no_fence)
+    run_streaming = flat_run(store_streaming, streaming_fence)
 
     return kernel(run), kernel(run, parallel=True), kernel(run_streaming, parallel=True)
 

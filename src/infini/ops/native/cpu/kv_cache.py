@@ -129,6 +129,27 @@ def cache_write_kernels(
     load = loader(src_dtype if fp8 else "uint8")
     index_storage = STORAGE[index_dtype]
 
+    @helper
+    def copy_run(dst, to_base, d2, src, from_base, s2, count, scale, load, to_fp8):
+        """Copies (converting to fp8 in the fp8 modes) `count` elements of
+        `src` from `from_base`, every `s2`, to `dst` from `to_base`, every
+        `d2`. Bases are unsigned: indices then skip Numba's negative-index
+        wraparound, so the loops vectorise. (`load` and `to_fp8` come as
+        arguments so that the kernels capturing them are cached apart.)"""
+        if not fp8 and s2 == 1 and d2 == 1:
+            # Unit strides spelled out: a plain copy loop.
+            for e in range(count):
+                offset = np.uint64(e)
+                dst[to_base + offset] = src[from_base + offset]
+            return
+        for e in range(count):
+            source = from_base + np.uint64(e * s2)
+            target = to_base + np.uint64(e * d2)
+            if fp8:
+                dst[target] = to_fp8(np.float32(load(src, source)) / scale)
+            else:
+                dst[target] = src[source]
+
     def run(k_dst, k_src, v_dst, v_src, index_address, k_scale, v_scale, plan):
         index = element_array(index_address, plan[INDEX_SPAN], index_storage)
         batch, seq = plan[BATCH], plan[SEQ]
@@ -189,24 +210,18 @@ def cache_write_kernels(
                         src_row = b * src_b + i * s0 + j * s1
                         dst_row = b * dst_a + past * dst_b + i * d0 + j * d1
                         for s in range(steps):
-                            from_base = np.uint64(src_row + s * src_s)
-                            to_base = np.uint64(dst_row + s * dst_b)
-                            if not fp8 and s2 == 1 and d2 == 1:
-                                # Unit strides spelled out: a plain copy
-                                # loop that vectorises.
-                                for e in range(run_length):
-                                    offset = np.uint64(e)
-                                    dst[to_base + offset] = src[from_base + offset]
-                                continue
-                            for e in range(run_length):
-                                source = from_base + np.uint64(e * s2)
-                                target = to_base + np.uint64(e * d2)
-                                if fp8:
-                                    dst[target] = to_fp8(
-                                        np.float32(load(src, source)) / scale
-                                    )
-                                else:
-                                    dst[target] = src[source]
+                            copy_run(
+                                dst,
+                                np.uint64(dst_row + s * dst_b),
+                                d2,
+                                src,
+                                np.uint64(src_row + s * src_s),
+                                s2,
+                                run_length,
+                                scale,
+                                load,
+                                to_fp8,
+                            )
             else:
                 for chunk in prange(chunks):
                     first = chunk * tokens // chunks
@@ -225,19 +240,18 @@ def cache_write_kernels(
                         src_base = b * src_b + s * src_s
                         for i in range(n0):
                             for j in range(n1):
-                                # Unsigned indices skip Numba's negative-index
-                                # wraparound, so the copy loop vectorises.
-                                from_base = np.uint64(src_base + i * s0 + j * s1)
-                                to_base = np.uint64(dst_base + i * d0 + j * d1)
-                                for e in range(n2):
-                                    source = from_base + np.uint64(e * s2)
-                                    target = to_base + np.uint64(e * d2)
-                                    if fp8:
-                                        dst[target] = to_fp8(
-                                            np.float32(load(src, source)) / scale
-                                        )
-                                    else:
-                                        dst[target] = src[source]
+                                copy_run(
+                                    dst,
+                                    np.uint64(dst_base + i * d0 + j * d1),
+                                    d2,
+                                    src,
+                                    np.uint64(src_base + i * s0 + j * s1),
+                                    s2,
+                                    n2,
+                                    scale,
+                                    load,
+                                    to_fp8,
+                                )
         return -1
 
     return kernel(run), kernel(run, parallel=True)

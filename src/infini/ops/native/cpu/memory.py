@@ -108,6 +108,11 @@ def streaming_fence(typingctx):
     return types.void(), codegen
 
 
+@helper
+def no_fence():
+    """`streaming_fence`'s stand-in for kernels that store as usual."""
+
+
 def streaming_threshold() -> int:
     """Bytes an operation must move more than for its output to be streamed:
     twice the last-level cache (sysfs on Linux; 32 MiB where it is unknown), so that
