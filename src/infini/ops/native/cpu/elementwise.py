@@ -15,7 +15,7 @@ from functools import cache
 import numpy as np
 
 from .jit import helper
-from .memory import STORAGE, span, streaming_outputs, streaming_threshold
+from .memory import STORAGE, span, streaming_threshold
 from .numeric import (
     bfloat16_bits_to_float32,
     float16_bits_to_float32,
@@ -24,7 +24,7 @@ from .numeric import (
     float64_to_bfloat16_bits,
     float64_to_float16_bits,
 )
-from .precompile import STREAMED_SHAPE
+from .precompile import STREAMED_SHAPE, run_streamed
 
 # The type arithmetic runs in: float32 for 16-bit floats (upcast first, as the
 # contract's references do), the dtype itself otherwise.
@@ -1134,8 +1134,7 @@ def precompile_unary_elementwise(operator: str, dtypes, *scalars) -> int:
                 input = input.t()
             function(input, *scalars, out, implementation_index=0)
             calls += 1
-        with streaming_outputs():
-            input = torch.zeros(STREAMED_SHAPE, dtype=dtype)
-            function(input, *scalars, torch.empty_like(input), implementation_index=0)
-            calls += 1
+        input = torch.zeros(STREAMED_SHAPE, dtype=dtype)
+        run_streamed(operator, input, *scalars, torch.empty_like(input))
+        calls += 1
     return calls

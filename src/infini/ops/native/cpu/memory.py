@@ -8,6 +8,7 @@ into a 1-D array spanning the elements a tensor can reach.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from pathlib import Path
 
 import numba
 import numpy as np
@@ -142,8 +143,6 @@ def streaming_outputs():
 
 
 def _last_level_cache_bytes() -> int:
-    from pathlib import Path
-
     largest = 0
     for size_file in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
         try:

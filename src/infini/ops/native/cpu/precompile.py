@@ -39,14 +39,23 @@ def precompile_binary_elementwise(operator: str) -> int:
                 out = out.t()
             function(input, other, out, implementation_index=0)
             calls += 1
-        with streaming_outputs():
-            input, other = (
-                torch.zeros(STREAMED_SHAPE, dtype=dtype),
-                torch.zeros(STREAMED_SHAPE, dtype=dtype),
-            )
-            function(input, other, torch.empty_like(input), implementation_index=0)
-            calls += 1
+        input = torch.zeros(STREAMED_SHAPE, dtype=dtype)
+        run_streamed(operator, input, input, torch.empty_like(input))
+        calls += 1
     return calls
+
+
+def run_streamed(operator: str, *args) -> None:
+    """Runs `infini.ops.<operator>(*args)` once through an operator built
+    under `streaming_outputs`, which compiles the streaming kernels it may
+    use. A class object, not the function: the operator is not cached, so
+    later calls of this geometry get the regular kernels."""
+    import infini.ops
+
+    class_name = infini.ops._entries[operator].class_name
+    with streaming_outputs():
+        streamed = getattr(infini.ops, class_name)(*args)
+    streamed(*args)
 
 
 # The index dtypes operators accept for positions, slots, tables and ids:
