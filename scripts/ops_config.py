@@ -31,6 +31,12 @@ from pathlib import Path, PurePosixPath
 from typing import Any, NamedTuple
 
 MAX_IMPLEMENTATIONS = 32
+
+# Platform sets an `@implementation(devices=...)` may name (as in
+# `infini.ops.core.devices.PLATFORM_SETS`).
+PLATFORM_SETS = {
+    "cuda_like": ("nvidia", "iluvatar", "metax", "moore", "hygon", "thead"),
+}
 ATEN_SLOT = 8
 
 _DESCRIPTOR_KEYS = ("path", "backend")
@@ -317,14 +323,17 @@ def _read_decorator(
             f"{where}: @implementation needs a literal non-empty string `operator`"
         )
     devices = arguments.get("devices")
-    if devices != "all":
+    if devices in PLATFORM_SETS:
+        devices = PLATFORM_SETS[devices]
+    elif devices != "all":
         if (
             not isinstance(devices, (tuple, list))
             or not devices
             or any(_is_blank(device) for device in devices)
         ):
             raise OpsConfigError(
-                f'{where}: @implementation `devices` must be "all" or a literal '
+                f'{where}: @implementation `devices` must be "all", a platform set '
+                f"({', '.join(repr(name) for name in PLATFORM_SETS)}) or a literal "
                 "non-empty tuple of platform names"
             )
         devices = tuple(devices)

@@ -318,8 +318,8 @@ def test_read_implementations(tmp_path):
     [
         ('"add", ("cpu",), 0', "keyword arguments only"),
         ('operator=NAME, devices=("cpu",)', "literal non-empty string `operator`"),
-        ('operator="add", devices=()', '`devices` must be "all" or a literal'),
-        ('operator="add", devices="cpu"', '`devices` must be "all" or a literal'),
+        ('operator="add", devices=()', '`devices` must be "all", a platform set'),
+        ('operator="add", devices="cpu"', '`devices` must be "all", a platform set'),
         ('operator="add", devices=("cpu",), slot=32', "`slot` must be a literal"),
         ('operator="add", devices=("cpu",), slot=True', "`slot` must be a literal"),
         ('operator="add", devices=("cpu",), slot=SLOT', "`slot` must be a literal"),

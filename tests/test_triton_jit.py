@@ -15,15 +15,15 @@ import pytest
 import torch
 
 import infini.ops
-from infini.ops.core.devices import TRITON_INTERPRETER
-from infini.ops.triton.jit import cache as jit_cache
-from infini.ops.triton.jit import compile as jit_compile
-from infini.ops.triton.jit import operator as jit_operator
-from infini.ops.triton.jit.config import (
+from infini.ops.core.config import (
     AutoTuningConfig,
     CompileConfig,
     parse_config,
 )
+from infini.ops.core.devices import TRITON_INTERPRETER
+from infini.ops.triton.jit import cache as jit_cache
+from infini.ops.triton.jit import compile as jit_compile
+from infini.ops.triton.jit import operator as jit_operator
 
 TRITON_JIT_SLOT = 10
 

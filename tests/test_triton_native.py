@@ -281,8 +281,8 @@ def test_triton_jit_kernels_compile_and_reload_from_the_disk_cache(
     pytest.importorskip("triton")
     from triton.backends.compiler import GPUTarget
 
+    from infini.ops.core.config import CompileConfig
     from infini.ops.triton.jit import compile as jit_compile
-    from infini.ops.triton.jit.config import CompileConfig
     from infini.ops.triton.ops.add.jit import kernel
 
     monkeypatch.setenv("INFINI_OPS_TRITON_CACHE_DIR", str(tmp_path))

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from infini.ops.core.geometry import broadcast_shape
 from infini.ops.core.operator import Operator
-from infini.ops.native.cpu.elementwise import broadcast_shape
 
 
 def check_broadcast_to_output(

@@ -35,6 +35,9 @@ TORCH_DEVICE_TYPE_OF_PLATFORM = {
 # Platforms whose kernels are the shared CUDA-like (Triton) sources.
 CUDA_LIKE_PLATFORMS = ("nvidia", "iluvatar", "metax", "moore", "hygon", "thead")
 
+# Names an `@implementation(devices=...)` may give instead of a tuple.
+PLATFORM_SETS = {"cuda_like": CUDA_LIKE_PLATFORMS}
+
 # The Triton interpreter test mode (README "Testing GPU kernels on a CPU"):
 # CPU tensors stand in for the build's CUDA-like device, so its Triton
 # kernels run on the CPU through Triton's interpreter. `TRITON_INTERPRET` must

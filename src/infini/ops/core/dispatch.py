@@ -32,6 +32,7 @@ import threading
 from collections.abc import Callable
 
 from . import tracing
+from .config import parse_config
 from .devices import DeviceMap
 from .errors import OperatorError, describe_value
 from .operator import Arguments, Operator
@@ -509,8 +510,6 @@ class OperatorEntry:
             )
         # The schema is checked whatever the slot (contract 5.1), before
         # anything is built.
-        from infini.ops.triton.jit.config import parse_config
-
         config = parse_config(config)
         bound, values = self._resolve(args, kwargs)
         operator = self._build(bound, values, implementation_index, config)

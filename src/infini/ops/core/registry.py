@@ -12,6 +12,8 @@ decorator records the binding on the class and in `IMPLEMENTATIONS`.
 
 from __future__ import annotations
 
+from .devices import PLATFORM_SETS
+
 # (operator, slot) -> {platform or "all": class}
 IMPLEMENTATIONS: dict[tuple[str, int], dict[str, type]] = {}
 
@@ -21,7 +23,10 @@ MAX_IMPLEMENTATIONS = 32
 def implementation(*, operator: str, devices: tuple[str, ...] | str, slot: int):
     if not 0 <= slot < MAX_IMPLEMENTATIONS:
         raise ValueError(f"implementation slot {slot} of `{operator}` is not in 0..31")
-    platforms = ("all",) if devices == "all" else tuple(devices)
+    if devices == "all":
+        platforms = ("all",)
+    else:
+        platforms = PLATFORM_SETS.get(devices) or tuple(devices)
 
     def register(cls: type) -> type:
         cls.implementation_slot = slot

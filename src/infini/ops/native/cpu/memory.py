@@ -17,6 +17,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from infini.ops.core.geometry import ranges_overlap, span  # noqa: F401 (re-used by the CPU kernels)
+
 from .jit import helper
 
 # The NumPy storage type of each dtype. 16-bit floats are stored as `uint16`
@@ -50,25 +52,6 @@ def _void_pointer(typingctx, address):
 def element_array(address, count, storage):
     """A 1-D array of `count` elements of `storage` type at `address`."""
     return numba.carray(_void_pointer(address), (count,), storage)
-
-
-def span(shape, strides) -> int:
-    """How many elements past the data pointer a tensor reaches (0 if empty)."""
-    extent = 1
-    for size, stride in zip(shape, strides):
-        if size == 0:
-            return 0
-        extent += (size - 1) * stride
-    return extent
-
-
-def ranges_overlap(address_a, span_a, size_a, address_b, span_b, size_b) -> bool:
-    """Whether two tensors' memory ranges intersect."""
-    if span_a == 0 or span_b == 0:
-        return False
-    end_a = address_a + span_a * size_a
-    end_b = address_b + span_b * size_b
-    return address_a < end_b and address_b < end_a
 
 
 # Streaming (non-temporal) stores: an output that cannot stay in the cache

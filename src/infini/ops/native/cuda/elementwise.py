@@ -15,7 +15,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from infini.ops.native.cpu.elementwise import AliasGuard, broadcast_strides, coalesce
+from infini.ops.core.geometry import AliasGuard, broadcast_strides, coalesce
 
 from .runtime import INTERPRETER, Kernel, stream_context, torch_device
 

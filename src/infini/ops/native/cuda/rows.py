@@ -12,7 +12,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from infini.ops.native.cpu.elementwise import coalesce
+from infini.ops.core.geometry import coalesce
 
 from .elementwise import geometry_table, next_power_of_two
 from .runtime import INTERPRETER, Pointer

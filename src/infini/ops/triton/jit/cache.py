@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .config import CompileConfig
+from infini.ops.core.config import CompileConfig
 
 _INT32 = range(-(2**31), 2**31)
 

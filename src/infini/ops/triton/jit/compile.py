@@ -18,6 +18,7 @@ import os
 from functools import cache
 from pathlib import Path
 
+from infini.ops.core.config import CompileConfig
 from infini.ops.native.cuda.runtime import (
     INTERPRETER,
     ast_source,
@@ -32,7 +33,6 @@ from .cache import (
     read_kernel_artifact,
     write_kernel_artifact,
 )
-from .config import CompileConfig
 
 _COMPILER_SOURCE = Path(__file__).read_bytes()
 

@@ -21,6 +21,13 @@ from __future__ import annotations
 import statistics
 import time
 
+from infini.ops.core.config import (
+    AutoTuningConfig,
+    CompileConfig,
+    check_keys,
+    parse_config,
+)
+from infini.ops.core.geometry import coalesce
 from infini.ops.native.cuda.runtime import (
     INTERPRETER,
     Kernel,
@@ -44,7 +51,6 @@ from .compile import (
     jit_function,
     runtime_signature,
 )
-from .config import AutoTuningConfig, CompileConfig, check_keys, parse_config
 
 # Auto-tuning identity -> winning config, for this process.
 _TUNED: dict[str, CompileConfig] = {}
@@ -274,8 +280,6 @@ def leading_rows(operator, shape, *operand_strides):
     """`(rows, inner_rows, *(outer, inner) strides per operand)`: the leading
     dimensions of row kernels coalesced into at most two, which the Triton
     JIT kernels index as ``row // inner_rows`` and ``row % inner_rows``."""
-    from infini.ops.native.cpu.elementwise import coalesce
-
     rows = 1
     for size in shape:
         rows *= size

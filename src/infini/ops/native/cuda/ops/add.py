@@ -55,7 +55,7 @@ KERNEL = Kernel(add_kernel)
 
 @implementation(
     operator="add",
-    devices=("nvidia", "iluvatar", "metax", "moore", "hygon", "thead"),
+    devices="cuda_like",
     slot=0,
 )
 class CudaAdd(Add):

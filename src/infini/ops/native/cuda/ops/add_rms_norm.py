@@ -114,7 +114,7 @@ KERNEL = Kernel(add_rms_norm_kernel)
 
 @implementation(
     operator="add_rms_norm",
-    devices=("nvidia", "iluvatar", "metax", "moore", "hygon", "thead"),
+    devices="cuda_like",
     slot=0,
 )
 class CudaAddRmsNorm(AddRmsNorm):

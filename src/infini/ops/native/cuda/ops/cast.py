@@ -79,7 +79,7 @@ KERNEL = Kernel(cast_kernel)
 
 @implementation(
     operator="cast",
-    devices=("nvidia", "iluvatar", "metax", "moore", "hygon", "thead"),
+    devices="cuda_like",
     slot=0,
 )
 class CudaCast(Cast):

@@ -91,7 +91,7 @@ KERNEL = Kernel(causal_softmax_kernel)
 
 @implementation(
     operator="causal_softmax",
-    devices=("nvidia", "iluvatar", "metax", "moore", "hygon", "thead"),
+    devices="cuda_like",
     slot=0,
 )
 class CudaCausalSoftmax(CausalSoftmax):

@@ -58,7 +58,7 @@ def cast_constexprs(source: str, destination: str) -> dict:
 
 @implementation(
     operator="copy",
-    devices=("nvidia", "iluvatar", "metax", "moore", "hygon", "thead"),
+    devices="cuda_like",
     slot=0,
 )
 class CudaCopy(Copy):

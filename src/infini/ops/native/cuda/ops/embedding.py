@@ -164,7 +164,7 @@ def _tile(columns: int, rows: int) -> tuple[int, int]:
 
 @implementation(
     operator="embedding",
-    devices=("nvidia", "iluvatar", "metax", "moore", "hygon", "thead"),
+    devices="cuda_like",
     slot=0,
 )
 class CudaEmbedding(Embedding):

@@ -57,7 +57,7 @@ KERNEL = Kernel(fill_kernel)
 
 @implementation(
     operator="fill",
-    devices=("nvidia", "iluvatar", "metax", "moore", "hygon", "thead"),
+    devices="cuda_like",
     slot=0,
 )
 class CudaFill(Fill):

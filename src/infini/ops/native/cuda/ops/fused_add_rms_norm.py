@@ -102,7 +102,7 @@ KERNEL = Kernel(fused_add_rms_norm_kernel)
 
 @implementation(
     operator="fused_add_rms_norm",
-    devices=("nvidia", "iluvatar", "metax", "moore", "hygon", "thead"),
+    devices="cuda_like",
     slot=0,
 )
 class CudaFusedAddRmsNorm(FusedAddRmsNorm):

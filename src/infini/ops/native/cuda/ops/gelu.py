@@ -71,7 +71,7 @@ KERNEL = Kernel(gelu_kernel)
 
 @implementation(
     operator="gelu",
-    devices=("nvidia", "iluvatar", "metax", "moore", "hygon", "thead"),
+    devices="cuda_like",
     slot=0,
 )
 class CudaGelu(Gelu):

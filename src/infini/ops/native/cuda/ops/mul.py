@@ -47,7 +47,7 @@ KERNEL = Kernel(mul_kernel)
 
 @implementation(
     operator="mul",
-    devices=("nvidia", "iluvatar", "metax", "moore", "hygon", "thead"),
+    devices="cuda_like",
     slot=0,
 )
 class CudaMul(Mul):

@@ -160,7 +160,7 @@ KERNEL = Kernel(paged_attention_kernel)
 
 @implementation(
     operator="paged_attention_infinilm",
-    devices=("nvidia", "iluvatar", "metax", "moore", "hygon", "thead"),
+    devices="cuda_like",
     slot=0,
 )
 class CudaPagedAttentionInfinilm(PagedAttentionInfinilm):

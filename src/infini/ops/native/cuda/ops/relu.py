@@ -54,7 +54,7 @@ KERNEL = Kernel(relu_kernel)
 
 @implementation(
     operator="relu",
-    devices=("nvidia", "iluvatar", "metax", "moore", "hygon", "thead"),
+    devices="cuda_like",
     slot=0,
 )
 class CudaRelu(Relu):

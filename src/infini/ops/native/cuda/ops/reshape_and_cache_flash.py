@@ -208,7 +208,7 @@ KERNEL = Kernel(reshape_and_cache_flash_kernel)
 
 @implementation(
     operator="reshape_and_cache_flash",
-    devices=("nvidia", "iluvatar", "metax", "moore", "hygon", "thead"),
+    devices="cuda_like",
     slot=0,
 )
 class CudaReshapeAndCacheFlash(ReshapeAndCacheFlash):

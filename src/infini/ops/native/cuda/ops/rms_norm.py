@@ -74,7 +74,7 @@ KERNEL = Kernel(rms_norm_kernel)
 
 @implementation(
     operator="rms_norm",
-    devices=("nvidia", "iluvatar", "metax", "moore", "hygon", "thead"),
+    devices="cuda_like",
     slot=0,
 )
 class CudaRmsNorm(RmsNorm):

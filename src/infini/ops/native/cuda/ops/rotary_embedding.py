@@ -178,7 +178,7 @@ KERNEL = Kernel(rotary_embedding_kernel)
 
 @implementation(
     operator="rotary_embedding",
-    devices=("nvidia", "iluvatar", "metax", "moore", "hygon", "thead"),
+    devices="cuda_like",
     slot=0,
 )
 class CudaRotaryEmbedding(RotaryEmbedding):

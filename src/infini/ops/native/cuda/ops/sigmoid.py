@@ -45,7 +45,7 @@ KERNEL = Kernel(sigmoid_kernel)
 
 @implementation(
     operator="sigmoid",
-    devices=("nvidia", "iluvatar", "metax", "moore", "hygon", "thead"),
+    devices="cuda_like",
     slot=0,
 )
 class CudaSigmoid(Sigmoid):

@@ -45,7 +45,7 @@ KERNEL = Kernel(silu_kernel)
 
 @implementation(
     operator="silu",
-    devices=("nvidia", "iluvatar", "metax", "moore", "hygon", "thead"),
+    devices="cuda_like",
     slot=0,
 )
 class CudaSilu(Silu):

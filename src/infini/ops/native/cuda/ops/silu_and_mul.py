@@ -52,7 +52,7 @@ KERNEL = Kernel(silu_and_mul_kernel)
 
 @implementation(
     operator="silu_and_mul",
-    devices=("nvidia", "iluvatar", "metax", "moore", "hygon", "thead"),
+    devices="cuda_like",
     slot=0,
 )
 class CudaSiluAndMul(SiluAndMul):

@@ -105,7 +105,7 @@ KERNEL = Kernel(softmax_kernel)
 
 @implementation(
     operator="softmax",
-    devices=("nvidia", "iluvatar", "metax", "moore", "hygon", "thead"),
+    devices="cuda_like",
     slot=0,
 )
 class CudaSoftmax(Softmax):

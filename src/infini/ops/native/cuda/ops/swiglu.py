@@ -47,7 +47,7 @@ KERNEL = Kernel(swiglu_kernel)
 
 @implementation(
     operator="swiglu",
-    devices=("nvidia", "iluvatar", "metax", "moore", "hygon", "thead"),
+    devices="cuda_like",
     slot=0,
 )
 class CudaSwiglu(Swiglu):

@@ -216,7 +216,7 @@ class TopkGatingLaunch:
 
 @implementation(
     operator="topk_softmax",
-    devices=("nvidia", "iluvatar", "metax", "moore", "hygon", "thead"),
+    devices="cuda_like",
     slot=0,
 )
 class CudaTopkSoftmax(TopkGatingLaunch, TopkSoftmax):

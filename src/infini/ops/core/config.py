@@ -1,5 +1,8 @@
 """The `config=` keyword of functions with a Triton JIT implementation.
 
+It lives in the core because the schema is checked whatever the slot a call
+takes, before anything is built.
+
 Two forms (contract 5.1):
 
 - a compile config ``{"num_warps": int, "num_stages": int, "constexprs":
