@@ -15,13 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from generate_manifest import (  # noqa: E402  (the scripts directory is not a package)
-    ManifestError,
-    parse_overload,
-    read_base,
-)
+from build_model import ManifestError, parse_overload, write_text_if_changed
+from source_scan import read_base
 
 # Keyword-only parameters every free function has (contract 1.2).
 _CALL_KEYWORDS = "stream: int = 0, implementation_index: int | None = None"
@@ -31,20 +26,14 @@ def _signature(overload: str) -> str:
     parameters = []
     for parameter in parse_overload(overload):
         text = f"{parameter.name}: {parameter.type}"
-        if parameter.default is not None:
-            text += f" = {parameter.default}"
+        if parameter.default_text is not None:
+            text += f" = {parameter.default_text}"
         parameters.append(text)
     return ", ".join(parameters)
 
 
 def _written(overload: str) -> list[str]:
     return [p.name for p in parse_overload(overload) if p.writes]
-
-
-def _indent(text: str, prefix: str = "   ") -> str:
-    return "\n".join(
-        prefix + line if line.strip() else "" for line in text.splitlines()
-    )
 
 
 def operator_page(op: str, info: Mapping[str, Any], docstring: str) -> str:
@@ -112,17 +101,6 @@ def index_page(manifest: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write_if_changed(path: Path, text: str) -> None:
-    # Sphinx rebuilds pages whose sources are newer, so unchanged pages keep
-    # their modification time.
-    try:
-        if path.read_text(encoding="utf-8") == text:
-            return
-    except OSError:
-        pass
-    path.write_text(text, encoding="utf-8")
-
-
 def write_docs(manifest: Mapping[str, Any], source_dir: Path, output_dir: Path) -> None:
     """Write `index.rst` and one `<op>.rst` per operator into `output_dir`."""
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -137,7 +115,7 @@ def write_docs(manifest: Mapping[str, Any], source_dir: Path, output_dir: Path) 
         if stale.name not in pages:
             stale.unlink()
     for name, text in pages.items():
-        _write_if_changed(output_dir / name, text)
+        write_text_if_changed(output_dir / name, text)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

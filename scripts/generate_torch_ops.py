@@ -34,83 +34,44 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from aten_names import (
+    aten_names_of,
+    load_torch_op_list,
+    public_op_name,
+    trace_name_of,
+)
+from build_model import (
+    TORCH_METADATA_NAME,
+    Base,
+    BuildConfiguration,
+    ManifestError,
+    class_name_of,
+    parse_overload,
+    split_names,
+    write_json,
+)
+from ops_config import OpsConfigError
+from selection import aten_names_to_generate
+from source_scan import scan_bases
 
-TORCH_OPS_FILE = Path("scripts", "torch_ops.yaml")
-METADATA_NAME = "torch_ops_metadata.json"
+__all__ = [
+    "aten_names_of",
+    "generate",
+    "load_native_functions",
+    "load_torch_op_list",
+    "public_op_name",
+    "read_hand_written_bases",
+    "run",
+    "trace_name_of",
+    "write_metadata",
+]
+
 FORMAT_VERSION = 1
 
 HIDDEN_TYPES = ("Generator", "Layout", "Device", "MemoryFormat")
-NAMESPACES = ("special", "linalg", "fft")
 
 SKIP_NOT_TESTABLE = "no testable tensor input/output pair"
 SKIP_TENSOR_LIST_OUTPUT = "`Tensor(a!)[]` outputs"
-
-
-# -- names --------------------------------------------------------------------
-
-
-def load_torch_op_list(path: Path) -> list[str]:
-    """The ATen names of a `torch_ops.yaml` (a YAML list of strings).
-
-    Parsed by hand (``- name`` lines, `#` comments) so that configuring needs
-    no YAML package outside the torch interpreter.
-    """
-    names: list[str] = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        text = line.split("#", 1)[0].strip()
-        if not text:
-            continue
-        if not text.startswith("- "):
-            raise ValueError(f"{path}:{number}: expected `- <aten name>`, got {line!r}")
-        name = text[2:].strip().strip("'\"")
-        if not re.fullmatch(r"[A-Za-z_]\w*", name):
-            raise ValueError(f"{path}:{number}: {name!r} is not an ATen name")
-        if name not in names:
-            names.append(name)
-    return names
-
-
-def public_op_name(aten_name: str) -> str:
-    """`_log_softmax` -> `internal_log_softmax`, `add_` -> `add` (contract 3.2)."""
-    name = aten_name
-    if name.endswith("_") and not name.endswith("__"):
-        name = name[:-1]
-    if name.startswith("_"):
-        name = "internal" + name
-    return name
-
-
-def aten_names_of(public: str) -> list[str]:
-    """The ATen names that map to a public name (`div` -> `div`, `div_`)."""
-    base = (
-        "_" + public[len("internal_") :] if public.startswith("internal_") else public
-    )
-    return [base, base + "_"]
-
-
-def pascal(name: str) -> str:
-    return "".join(part[:1].upper() + part[1:] for part in name.split("_"))
-
-
-def op_namespace_parts(public: str) -> tuple[list[str], str]:
-    """Namespaces and stem of the original's C++ type (contract 3.2)."""
-    namespaces, rest = [], public
-    if rest.startswith("internal_"):
-        namespaces.append("internal")
-        rest = rest[len("internal_") :]
-    for namespace in NAMESPACES:
-        if rest.startswith(namespace + "_"):
-            namespaces.append(namespace)
-            rest = rest[len(namespace) + 1 :]
-            break
-    return namespaces, rest
-
-
-def trace_name_of(public: str) -> str:
-    """`linalg_norm` -> `linalg::Norm`: the C++ type named in trace lines."""
-    namespaces, stem = op_namespace_parts(public)
-    return "::".join([*namespaces, pascal(stem)])
 
 
 # -- types --------------------------------------------------------------------
@@ -485,8 +446,6 @@ class Result:
 
 
 def _split_base_overload(text: str) -> list[tuple[str, str, bool]]:
-    from generate_manifest import parse_overload
-
     return [(p.name, p.type, p.writes) for p in parse_overload(text)]
 
 
@@ -566,7 +525,7 @@ def _generated_operator(result: Result, public: str, schemas: list[Schema]) -> N
     overloads = binding_order(overloads)
     bindings = [index[id(schema)] for schema in overloads]
     result.operators[public] = {
-        "class": pascal(public),
+        "class": class_name_of(public),
         "trace_name": trace_name_of(public),
         "base": None,
         "overloads": [s.overload_text() for s in overloads],
@@ -609,7 +568,7 @@ def _bind_base(result: Result, public: str, base, schemas: list[Schema]) -> None
         result.skipped.append((public, "a base overload binds no ATen schema"))
         return
     result.operators[public] = {
-        "class": pascal(public),
+        "class": class_name_of(public),
         "trace_name": base.trace_name,
         "base": base.module,
         "overloads": list(base.overloads),
@@ -618,46 +577,17 @@ def _bind_base(result: Result, public: str, base, schemas: list[Schema]) -> None
 
 
 def write_metadata(path: Path, metadata: Mapping[str, Any]) -> None:
-    from generate_manifest import write_manifest
-
-    write_manifest(path, metadata)
+    write_json(path, metadata)
 
 
-@dataclass(frozen=True)
-class HandWrittenBase:
-    """What the generator needs of a hand-written base module."""
-
-    name: str
-    module: str
-    trace_name: str
-    overloads: tuple[str, ...]
-    aten_overload_aliases: dict[int, int]
-
-
-def read_hand_written_bases(source_dir: Path) -> dict[str, HandWrittenBase]:
-    """The bases of `src/infini/ops/base/`, read with `ast` like the manifest.
+def read_hand_written_bases(source_dir: Path) -> dict[str, Base]:
+    """The bases of `src/infini/ops/base/`, as the manifest reads them.
 
     A base may declare ``aten_overload_aliases = {i: j}``: overload `i` calls
     the ATen schema of overload `j` after the base's `aten_arguments` hook maps
     its arguments (e.g. a legacy `reduction` string to ATen's integer).
     """
-    import ast
-
-    from generate_manifest import _class_attribute, scan_bases
-
-    bases = {}
-    for name, base in scan_bases(source_dir).items():
-        tree = ast.parse((source_dir / base.path).read_text(encoding="utf-8"))
-        aliases: dict[int, int] = {}
-        for node in tree.body:
-            if isinstance(node, ast.ClassDef) and node.name == base.class_name:
-                value = _class_attribute(node, "aten_overload_aliases")
-                if value is not None:
-                    aliases = dict(ast.literal_eval(value))
-        bases[name] = HandWrittenBase(
-            name, base.module, base.trace_name, base.overloads, aliases
-        )
-    return bases
+    return scan_bases(source_dir)
 
 
 def run(
@@ -694,7 +624,7 @@ def run(
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--source-dir", type=Path, required=True)
-    parser.add_argument("--output", type=Path, required=True, help=METADATA_NAME)
+    parser.add_argument("--output", type=Path, required=True, help=TORCH_METADATA_NAME)
     parser.add_argument(
         "--ops",
         help="exactly these ATen names (comma/semicolon separated), instead of "
@@ -711,14 +641,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--pytorch-version", help="accepted for diagnostics; the schema is local"
     )
     arguments = parser.parse_args(argv)
-
-    from generate_manifest import (
-        BuildConfiguration,
-        ManifestError,
-        aten_names_to_generate,
-        split_names,
-    )
-    from ops_config import OpsConfigError
 
     try:
         if arguments.ops is not None:

@@ -17,9 +17,9 @@ An `ops.json` file maps operator names to the implementations a build keeps
 "Headers" keeps the original's word: here they are implementation modules, given
 relative to the source root, as strings or ``{"path", "backend"}`` descriptors.
 
-This module is imported by `generate_manifest.py` and by the tests; it uses
-only the standard library because it runs inside pip's isolated build
-environment.
+This module is imported by the other generators and by the tests; like
+them it uses only the standard library and `infini.ops.core` (through
+`build_model`), because it runs inside pip's isolated build environment.
 """
 
 from __future__ import annotations
@@ -30,14 +30,12 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any, NamedTuple
 
-MAX_IMPLEMENTATIONS = 32
-
-# Platform sets an `@implementation(devices=...)` may name (as in
-# `infini.ops.core.devices.PLATFORM_SETS`).
-PLATFORM_SETS = {
-    "cuda_like": ("nvidia", "iluvatar", "metax", "moore", "hygon", "thead"),
-}
-ATEN_SLOT = 8
+from build_model import (
+    BACKENDS,
+    GENERATED_ATEN_SLOT,
+    MAX_IMPLEMENTATIONS,
+    PLATFORM_SETS,
+)
 
 _DESCRIPTOR_KEYS = ("path", "backend")
 _OBJECT_KEYS = ("implementations",)
@@ -237,11 +235,9 @@ def infer_backend(path: str) -> str:
     for index in range(len(parts) - 2):
         if parts[index : index + 2] == ("infini", "ops"):
             top = parts[index + 2]
-            if top in ("torch", "triton", "ninetoothed", "linked"):
-                return top
-            return "native"
-    for backend in ("triton", "torch", "ninetoothed", "linked"):
-        if backend in parts[:-1]:
+            return top if top in BACKENDS else "native"
+    for backend in BACKENDS:
+        if backend != "native" and backend in parts[:-1]:
             return backend
     return "native"
 
@@ -365,7 +361,7 @@ def implementation_slot(path: str | Path) -> int:
 def torch_op_names(
     config: Mapping[str, Mapping[str, Any]] | None,
     default_ops: Iterable[str],
-    slot: int = ATEN_SLOT,
+    slot: int = GENERATED_ATEN_SLOT,
 ) -> list[str]:
     """The operators that get the generated ATen implementation (`slot`).
 

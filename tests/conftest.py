@@ -19,18 +19,8 @@ import random
 import pytest
 import torch
 
+from infini.ops.core.devices import TORCH_DEVICE_TYPE_OF_PLATFORM
 from tests.utils import Payload, assert_close, clone_arguments
-
-PLATFORM_TO_TORCH_DEVICE = {
-    "nvidia": "cuda",
-    "metax": "cuda",
-    "iluvatar": "cuda",
-    "hygon": "cuda",
-    "thead": "cuda",
-    "moore": "musa",
-    "cambricon": "mlu",
-    "ascend": "npu",
-}
 
 DEFAULT_DTYPES = (
     (torch.float32, 1e-7, 1e-7),
@@ -82,7 +72,7 @@ def pytest_configure(config):
     requested = config.getoption("--devices") or []
     selectors: dict[str, list[str]] = {}
     for name in requested:
-        device = PLATFORM_TO_TORCH_DEVICE.get(name, name)
+        device = TORCH_DEVICE_TYPE_OF_PLATFORM.get(name, name)
         if device in available:
             selectors.setdefault(device, []).append(name)
     config.infini_devices = list(selectors) or available

@@ -12,18 +12,15 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
 import generate_manifest  # noqa: E402
-from generate_manifest import (  # noqa: E402
-    SMOKE_OPS,
-    SMOKE_TORCH_OPS,
+from build_model import (  # noqa: E402
     BuildConfiguration,
     ManifestError,
-    build_manifest,
     class_name_of,
     parse_overload,
-    smoke_ops,
-    write_manifest,
 )
+from generate_manifest import build_manifest, write_manifest  # noqa: E402
 from ops_config import OpsConfigError  # noqa: E402
+from selection import SMOKE_OPS, SMOKE_TORCH_OPS, smoke_ops  # noqa: E402
 
 pytestmark = pytest.mark.smoke
 
@@ -135,21 +132,25 @@ def test_class_names_are_pascal_case_of_every_part():
 
 
 def test_parse_overload():
+    """The build checks overloads with the runtime's parser."""
     parameters = parse_overload(
         "input: Tensor, weight: Tensor|None, dims: list[int], eps: float = 1e-6, "
         "out: Tensor!"
     )
-    assert [(p.name, p.type, p.writes, p.default) for p in parameters] == [
+    assert [(p.name, p.type, p.writes, p.default_text) for p in parameters] == [
         ("input", "Tensor", False, None),
         ("weight", "Tensor|None", False, None),
         ("dims", "list[int]", False, None),
         ("eps", "float", False, "1e-6"),
         ("out", "Tensor", True, None),
     ]
+    assert parameters[3].default == 1e-6
     with pytest.raises(ValueError, match="not `name: Type"):
         parse_overload("input Tensor")
     with pytest.raises(ValueError, match="appears twice"):
         parse_overload("x: Tensor, x: Tensor!")
+    with pytest.raises(ValueError, match="unknown parameter type"):
+        parse_overload("x: Tensr")
 
 
 def test_cpu_manifest(tree):

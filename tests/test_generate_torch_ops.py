@@ -13,11 +13,9 @@ SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 sys.path.insert(0, str(SCRIPTS))
 
 import generate_torch_ops as gen  # noqa: E402
-from generate_manifest import (  # noqa: E402
-    BuildConfiguration,
-    aten_names_to_generate,
-    build_manifest,
-)
+from build_model import TORCH_METADATA_NAME, BuildConfiguration  # noqa: E402
+from generate_manifest import build_manifest  # noqa: E402
+from selection import aten_names_to_generate  # noqa: E402
 
 pytestmark = pytest.mark.smoke
 
@@ -311,7 +309,7 @@ def test_manifest_takes_the_metadata(tmp_path, functions):
     names, optional = aten_names_to_generate(root, BuildConfiguration(with_torch=True))
     assert (names, optional) == (["abs", "relu", "exp"], [])
     result = gen.generate(names, functions, gen.read_hand_written_bases(root))
-    path = tmp_path / gen.METADATA_NAME
+    path = tmp_path / TORCH_METADATA_NAME
     gen.write_metadata(path, result.metadata("x"))
 
     configuration = BuildConfiguration(

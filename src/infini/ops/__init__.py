@@ -2,14 +2,65 @@
 
 The public surface is built from the build manifest: for every operator of the
 build, a snake_case function (``infini.ops.rms_norm(x, w, 1e-6, out)``) and a
-PascalCase class (``infini.ops.RmsNorm``). Kernels are imported lazily, the
-first time an operator is built for a device.
+PascalCase class (``infini.ops.RmsNorm``). It is built on the first access to
+one of them (or to `__version__`, `dir(infini.ops)`, ...), so importing
+`infini.ops.core` or `infini.ops.base` never reads the manifest. Kernels are
+imported lazily too, the first time an operator is built for a device.
 """
 
-from .core.dispatch import build_surface as _build_surface
+import os as _os
+import threading as _threading
 
-__version__, _entries = _build_surface(globals())
-del _build_surface
+_PACKAGE_DIRECTORY = _os.path.dirname(__file__)
+
+# Names that the surface defines although they start with `_`.
+_SURFACE_NAMES = frozenset(("__version__", "__all__", "_entries"))
+
+_surface_lock = _threading.Lock()
+_surface_built = False
+
+
+def _build_public_surface() -> None:
+    """Adds every operator's function and class to the module, once; later
+    accesses find them in the module's namespace and cost nothing extra."""
+    global _surface_built
+    with _surface_lock:
+        if _surface_built:
+            return
+        from .core.dispatch import build_surface
+
+        namespace = globals()
+        version, entries = build_surface(namespace)
+        namespace["__version__"] = version
+        namespace["_entries"] = entries
+        namespace["__all__"] = sorted(
+            [*entries, *(entry.class_name for entry in entries.values())]
+        )
+        _surface_built = True
+
+
+def _is_submodule(name: str) -> bool:
+    path = _os.path.join(_PACKAGE_DIRECTORY, name)
+    return _os.path.isdir(path) or _os.path.isfile(path + ".py")
+
+
+def __getattr__(name: str):
+    # `from infini.ops import core` asks for the attribute before importing
+    # the submodule, and tools probe private names: neither is an operator,
+    # so neither builds the surface.
+    if (name.startswith("_") and name not in _SURFACE_NAMES) or _is_submodule(name):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if not _surface_built:
+        _build_public_surface()
+        if name in globals():
+            return globals()[name]
+    # An operator that is not in this build has no function or class.
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    _build_public_surface()
+    return sorted(globals())
 
 
 def _host_range_profile_compiled() -> bool:

@@ -78,15 +78,3 @@ class KvCachingInfinilm(Operator):
             f"new tokens and caches of length {self.max_length} it must lie in "
             f"[0, {limit}]; nothing was written."
         )
-
-    def check_lengths(self, past_kv_lengths) -> None:
-        """Raises `length_error` for the first bad past length (for
-        implementations that do not check inside their kernel)."""
-        if past_kv_lengths.numel() == 0:
-            return
-        bad = (
-            (past_kv_lengths < 0) | (past_kv_lengths > self.max_length - self.seq)
-        ).nonzero()
-        if len(bad):
-            position = int(bad[0, 0])
-            raise self.length_error(position, int(past_kv_lengths[position]))

@@ -59,10 +59,6 @@ from .tensor import read_meta
 CACHE_LIMIT = 4096
 
 
-def snake_to_pascal(name: str) -> str:
-    return "".join(part[:1].upper() + part[1:] for part in name.split("_"))
-
-
 class BoundOverload:
     """An overload plus the generated functions the hot path uses."""
 
@@ -305,37 +301,23 @@ class OperatorEntry:
 
     # -- calls -----------------------------------------------------------------
 
-    def call(
-        self, args: tuple, kwargs: dict, stream, implementation_index, config=None
-    ):
-        """The free function's body."""
-        if config is not None:
-            return self._call_with_config(
-                args, kwargs, stream, implementation_index, config
-            )
+    def call(self, args: tuple, kwargs: dict, stream, implementation_index):
+        """The free function's body after its fast path (`make_function`)
+        missed: keyword arguments, a `config`, a new geometry or overload."""
+        if kwargs and self.has_triton and "config" in kwargs:
+            # `kwargs` is the call's own dict: taking `config` out of it
+            # leaves the operator's keyword arguments.
+            config = kwargs.pop("config")
+            if config is not None:
+                # A config call builds its own operator and never uses the
+                # cache (contract 5.1).
+                return self._call_with_config(
+                    args, kwargs, stream, implementation_index, config
+                )
         try:
             cache = self._local.cache
         except AttributeError:
             cache = self._local.cache = {}
-        if not kwargs:
-            # One overload accepts this many positional arguments: the key
-            # (which holds every scalar's type) decides alone. Otherwise the
-            # overload choice is remembered per tuple of argument types.
-            remembered = self._by_arity.get(len(args))
-            if remembered is None:
-                remembered = self._memo.get(tuple(map(type, args)))
-            if remembered is not None:
-                bound, tail = remembered
-                values = args + tail if tail else args
-                try:
-                    operator = cache[bound.key(values, implementation_index)]
-                except Exception:
-                    pass
-                else:
-                    if tracing.TRACE_CALLS:
-                        self._trace(operator)
-                    bound.run(operator, stream, values)
-                    return None
         bound, values = self._resolve(args, kwargs)
         try:
             key = bound.key(values, implementation_index)
@@ -554,58 +536,36 @@ def _canonical_parameters(overloads: list[Overload]) -> tuple[str, ...]:
 
 def make_function(entry: OperatorEntry) -> Callable:
     call = entry.call
-    if entry.has_triton:
 
-        def function(*args, stream=0, implementation_index=None, config=None, **kwargs):
-            # As below when there is no config: a config call builds its own
-            # operator and never uses the cache (contract 5.1).
-            if config is None and not kwargs:
-                remembered = entry._by_arity.get(len(args))
-                if remembered is None:
-                    # Overloads sharing this count: the choice remembered
-                    # for these argument types (`fill(out, 0.0, out)`).
-                    remembered = entry._memo.get(tuple(map(type, args)))
-                if remembered is not None and not remembered[1]:
-                    bound = remembered[0]
-                    try:
-                        operator = entry._local.cache[
-                            bound.key(args, implementation_index)
-                        ]
-                    except Exception:
-                        pass
-                    else:
-                        if tracing.TRACE_CALLS:
-                            entry._trace(operator)
-                        bound.run(operator, stream, args)
-                        return None
-            return call(args, kwargs, stream, implementation_index, config)
-
-    else:
-
-        def function(*args, stream=0, implementation_index=None, **kwargs):
-            # The common repeated call (positional arguments only, one
-            # overload for their count, operator cached) inlined: every call
-            # layer costs a measurable share of the host overhead.
-            if not kwargs:
-                remembered = entry._by_arity.get(len(args))
-                if remembered is None:
-                    # Overloads sharing this count: the choice remembered
-                    # for these argument types (`fill(out, 0.0, out)`).
-                    remembered = entry._memo.get(tuple(map(type, args)))
-                if remembered is not None and not remembered[1]:
-                    bound = remembered[0]
-                    try:
-                        operator = entry._local.cache[
-                            bound.key(args, implementation_index)
-                        ]
-                    except Exception:
-                        pass
-                    else:
-                        if tracing.TRACE_CALLS:
-                            entry._trace(operator)
-                        bound.run(operator, stream, args)
-                        return None
-            return call(args, kwargs, stream, implementation_index)
+    def function(*args, stream=0, implementation_index=None, **kwargs):
+        # The repeated call (positional arguments only, operator cached) is
+        # written out here rather than in a method: every call layer costs a
+        # measurable share of the host overhead. Everything else, `config=`
+        # included, goes to `OperatorEntry.call`.
+        if not kwargs:
+            # One overload accepts this many positional arguments: the key
+            # (which holds every scalar's type) decides alone. Otherwise the
+            # choice is remembered per tuple of argument types
+            # (`fill(out, 0.0, out)`).
+            remembered = entry._by_arity.get(len(args))
+            if remembered is None:
+                remembered = entry._memo.get(tuple(map(type, args)))
+            if remembered is not None:
+                bound, tail = remembered
+                # `tail`: the defaults of the parameters the call left out.
+                values = args + tail if tail else args
+                try:
+                    operator = entry._local.cache[
+                        bound.key(values, implementation_index)
+                    ]
+                except Exception:
+                    pass
+                else:
+                    if tracing.TRACE_CALLS:
+                        entry._trace(operator)
+                    bound.run(operator, stream, values)
+                    return None
+        return call(args, kwargs, stream, implementation_index)
 
     function.__name__ = function.__qualname__ = entry.name
     function.__module__ = "infini.ops"

@@ -11,20 +11,21 @@ import os
 from functools import cache
 from pathlib import Path
 
+from .schema import MANIFEST_NAME, TORCH_METADATA_NAME
+
 # `INFINI_OPS_MANIFEST` points a source checkout at a manifest written by
 # `scripts/generate_manifest.py` (see "Developing" in README.md), so tests can
 # run against the sources without reinstalling; installed packages read
 # their own.
 MANIFEST_PATH = Path(
     os.environ.get("INFINI_OPS_MANIFEST")
-    or Path(__file__).resolve().parent.parent / "_generated" / "manifest.json"
+    or Path(__file__).resolve().parent.parent / "_generated" / MANIFEST_NAME
 )
 
 
 # The ATen backend's metadata (`scripts/generate_torch_ops.py`) lies beside the
 # manifest a source checkout points at, and in `infini/ops/` when installed
 # (contract 1.1: beside the package's `__init__.py`).
-TORCH_METADATA_NAME = "torch_ops_metadata.json"
 TORCH_METADATA_PATH = (
     MANIFEST_PATH.parent / TORCH_METADATA_NAME
     if os.environ.get("INFINI_OPS_MANIFEST")

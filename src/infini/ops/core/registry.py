@@ -7,22 +7,21 @@ An implementation declares itself where it is defined::
 
 The build scripts find these decorators by reading the source (the arguments
 must be literals), so no central list is kept by hand; at run time the
-decorator records the binding on the class and in `IMPLEMENTATIONS`.
+decorator records the slot and the platforms on the class.
 """
 
 from __future__ import annotations
 
 from .devices import PLATFORM_SETS
-
-# (operator, slot) -> {platform or "all": class}
-IMPLEMENTATIONS: dict[tuple[str, int], dict[str, type]] = {}
-
-MAX_IMPLEMENTATIONS = 32
+from .schema import MAX_IMPLEMENTATIONS
 
 
 def implementation(*, operator: str, devices: tuple[str, ...] | str, slot: int):
     if not 0 <= slot < MAX_IMPLEMENTATIONS:
-        raise ValueError(f"implementation slot {slot} of `{operator}` is not in 0..31")
+        raise ValueError(
+            f"implementation slot {slot} of `{operator}` is not in "
+            f"0..{MAX_IMPLEMENTATIONS - 1}"
+        )
     if devices == "all":
         platforms = ("all",)
     else:
@@ -31,9 +30,6 @@ def implementation(*, operator: str, devices: tuple[str, ...] | str, slot: int):
     def register(cls: type) -> type:
         cls.implementation_slot = slot
         cls.implementation_devices = platforms
-        table = IMPLEMENTATIONS.setdefault((operator, slot), {})
-        for platform in platforms:
-            table[platform] = cls
         return cls
 
     return register

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import operator as _operator
+import re
 from collections.abc import Sequence
 
 from .dtypes import dtype_name
@@ -51,16 +52,36 @@ _NO_DEFAULT = object()
 
 
 class Parameter:
-    """One parameter of an overload."""
+    """One parameter of an overload: ``name: Type[!][ = default]``.
 
-    __slots__ = ("name", "type", "kind", "optional", "writes", "default", "has_default")
+    `type` is the type as written, `kind` the type without ``|None``;
+    `default` is the evaluated default and `default_text` the text after
+    ``=`` (None without one).
+    """
+
+    __slots__ = (
+        "name",
+        "type",
+        "kind",
+        "optional",
+        "writes",
+        "default",
+        "default_text",
+        "has_default",
+    )
 
     def __init__(
-        self, name: str, type_text: str, writes: bool, default: object
+        self,
+        name: str,
+        type_text: str,
+        writes: bool,
+        default: object,
+        default_text: str | None = None,
     ) -> None:
         self.name = name
         self.type = type_text
         self.writes = writes
+        self.default_text = default_text
         type_text = _TYPE_ALIASES.get(type_text, type_text)
         if type_text == OPTIONAL_TENSOR or type_text == OPTIONAL_TENSOR_LIST:
             self.kind, self.optional = type_text, type_text == OPTIONAL_TENSOR
@@ -86,23 +107,56 @@ class Parameter:
         return text
 
 
+# ``name: Type[!][ = default]``. A type has no spaces except around `|`
+# (`int | None`), so a missing comma between two parameters is an error
+# rather than a strange type.
+_PARAMETER = re.compile(
+    r"(?P<name>[A-Za-z_]\w*)\s*:\s*"
+    r"(?P<type>[^\s=!]+(?:\s*\|\s*[^\s=!]+)*)\s*(?P<writes>!)?"
+    r"\s*(?:=\s*(?P<default>\S.*))?"
+)
+
+
 def parse_overload(text: str) -> tuple[Parameter, ...]:
-    parameters = []
+    """The parameters of an overload string; raises `ValueError` naming the
+    parameter when the text is malformed, a name repeats, a type is unknown
+    or a default is not a literal."""
+    parameters: list[Parameter] = []
     for item in _split_top_level(text):
-        name, _, rest = item.partition(":")
-        type_text, equals, default_text = rest.partition("=")
-        type_text = type_text.strip()
-        writes = type_text.endswith("!")
-        if writes:
-            type_text = type_text[:-1].strip()
+        match = _PARAMETER.fullmatch(item)
+        if match is None:
+            raise ValueError(f"parameter {item!r} is not `name: Type[!][ = default]`")
+        name = match["name"]
+        if any(parameter.name == name for parameter in parameters):
+            raise ValueError(f"parameter {name!r} appears twice")
+        default_text = match["default"]
         default = _NO_DEFAULT
-        if equals:
+        if default_text is not None:
             default_text = default_text.strip()
-            default = {"false": False, "true": True}.get(default_text, None)
-            if default is None and default_text != "None":
-                default = ast.literal_eval(default_text)
-        parameters.append(Parameter(name.strip(), type_text, writes, default))
+            default = _default_value(name, default_text)
+        parameters.append(
+            Parameter(
+                name,
+                re.sub(r"\s*\|\s*", "|", match["type"]),
+                match["writes"] is not None,
+                default,
+                default_text,
+            )
+        )
     return tuple(parameters)
+
+
+def _default_value(name: str, text: str) -> object:
+    # The catalog writes C++'s `true`/`false`; everything else is a Python
+    # literal.
+    if text in ("true", "false"):
+        return text == "true"
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError) as error:
+        raise ValueError(
+            f"the default {text!r} of {name!r} is not a literal"
+        ) from error
 
 
 def _split_top_level(text: str) -> list[str]:
@@ -228,9 +282,6 @@ class Overload:
         self.parameters = parse_overload(text)
         self.names = tuple(p.name for p in self.parameters)
         self.position = {p.name: i for i, p in enumerate(self.parameters)}
-        self.tensor_positions = tuple(
-            i for i, p in enumerate(self.parameters) if p.is_tensor
-        )
         # The dispatch device comes from the first non-optional tensor parameter.
         self.device_position = next(
             (
@@ -262,9 +313,6 @@ class Overload:
             if not matches(parameter, value, lenient):
                 return None
         return tuple(values)
-
-    def describe(self, operator: str) -> str:
-        return f"{operator}({self.text})"
 
 
 def resolve(overloads: Sequence[Overload], args: tuple, kwargs: dict):
