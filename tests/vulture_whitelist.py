@@ -3,10 +3,10 @@
 CI runs ``vulture src scripts tests/vulture_whitelist.py --min-confidence 60``;
 `[tool.vulture]` in `pyproject.toml` already skips what a decorator registers
 (`@implementation` classes, Numba `@overload`/`@intrinsic` functions, pytest
-fixtures). What is left is used by name from outside the Python sources:
-through the build manifest, by Numba or NumPy, or by callers of the public
-surface. Each entry says who uses it. This file is read by vulture, never
-imported.
+fixtures) and parameters named `unused`. What is left is used by name from
+outside the Python sources: through the build manifest, by Numba or NumPy,
+or by callers of the public surface. Each entry says who uses it. This file
+is read by vulture, never imported.
 """
 
 from types import SimpleNamespace
@@ -55,7 +55,4 @@ _ = [
     # PEP 562 module attributes (`torch/aten.py` builds its classes on demand).
     used.__getattr__,
     used.__dir__,
-    # Parameters and results a shared signature requires but one user ignores
-    # (the combine helpers of the gated activations, Triton's offset pairs).
-    used.unused,
 ]
