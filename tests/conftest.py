@@ -13,13 +13,14 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import random
+import sys
 
 import pytest
 import torch
 
-from infini.ops.core.devices import TORCH_DEVICE_TYPE_OF_PLATFORM
+from infini.ops.core.devices import TORCH_DEVICE_TYPE_OF_PLATFORM, TRITON_INTERPRETER
+from infini.ops.core.schema import class_name_of
 from tests.utils import Payload, assert_close, clone_arguments
 
 DEFAULT_DTYPES = (
@@ -92,9 +93,7 @@ def _op_class_from_module(module) -> str | None:
     name = module.__name__.rsplit(".", 1)[-1]
     if not name.startswith("test_"):
         return None
-    return "".join(
-        part[:1].upper() + part[1:] for part in name[len("test_") :].split("_")
-    )
+    return class_name_of(name[len("test_") :])
 
 
 def _operator_class(module):
@@ -208,20 +207,17 @@ def _seed_each_test(request):
 def _clear_operator_caches(request):
     _set_random_seed(_seed_for(f"tests/{request.node.path.name}"))
     yield
-    try:
-        import infini.ops
-    except ImportError:  # build-script tests run without an installed package
-        return
-    for name in dir(infini.ops):
-        clear = getattr(getattr(infini.ops, name), "clear_cache", None)
+    # Only a surface that was built has caches; build-script tests run
+    # without a manifest, so the surface is never built for them.
+    package = sys.modules.get("infini.ops")
+    for value in list(vars(package).values()) if package else ():
+        clear = getattr(value, "clear_cache", None) if isinstance(value, type) else None
         if callable(clear):
             clear()
 
 
 def _triton_interpreter() -> bool:
-    # As `infini.ops.core.devices` reads it, without importing the package
-    # (build-script tests run without one).
-    return os.environ.get("INFINI_OPS_TRITON_INTERPRET", "")[:1] not in ("", "0")
+    return TRITON_INTERPRETER
 
 
 def pytest_collection_modifyitems(config, items):

@@ -331,3 +331,53 @@ def test_class_objects_take_call_scalars_from_each_call():
     sampler = infini.ops.TopKTopPSampleInfinilm(logits, None, None, 1, 0, out)
     sampler(logits, None, None, 5, 0, out)
     assert torch.equal(out, _seeded_sample(5))
+
+
+def test_the_surface_is_built_once_and_kept_in_the_module():
+    from infini.ops.core.manifest import load_manifest
+
+    manifest = load_manifest()
+    names = dir(infini.ops)
+    assert "add" in names and "Add" in names and "core" in names
+    assert infini.ops.__version__ == manifest.get("package_version", "0")
+    # Built functions and classes live in the module's namespace, so
+    # `infini.ops.add` is a plain attribute lookup from then on.
+    assert vars(infini.ops)["add"] is infini.ops.add
+    assert vars(infini.ops)["Add"] is infini.ops.Add
+    assert set(infini.ops.__all__) >= {"add", "Add"}
+    assert set(infini.ops.__all__) <= set(names)
+    # An operator outside the build has neither a function nor a class.
+    assert not hasattr(infini.ops, "no_such_operator")
+    with pytest.raises(AttributeError, match="NoSuchOperator"):
+        infini.ops.NoSuchOperator  # noqa: B018
+    from infini.ops import core
+
+    assert core is infini.ops.core
+
+
+def test_importing_the_specification_layer_reads_no_manifest():
+    """`infini.ops.core` and `infini.ops.base` import without a manifest and
+    without torch, NumPy, Numba or Triton; the surface is built only when
+    an operator is asked for."""
+    code = (
+        "import pkgutil, sys, importlib\n"
+        "import infini.ops.core, infini.ops.base\n"
+        "from infini.ops import core\n"
+        "for package in (infini.ops.core, infini.ops.base):\n"
+        "    for module in pkgutil.iter_modules(package.__path__):\n"
+        "        importlib.import_module(f'{package.__name__}.{module.name}')\n"
+        "heavy = sorted({m.split('.')[0] for m in sys.modules} & "
+        "{'torch', 'numpy', 'numba', 'triton'})\n"
+        "assert not heavy, heavy\n"
+        "import infini.ops\n"
+        "assert 'add' not in vars(infini.ops)\n"
+        "try:\n"
+        "    infini.ops.add\n"
+        "except ImportError as error:\n"
+        "    assert 'no build manifest' in str(error)\n"
+        "else:\n"
+        "    raise AssertionError('the surface was built without a manifest')\n"
+    )
+    environment = {**os.environ, "INFINI_OPS_MANIFEST": os.devnull + ".missing"}
+    environment.pop("INFINI_OPS_TRITON_INTERPRET", None)
+    subprocess.run([sys.executable, "-c", code], env=environment, check=True)

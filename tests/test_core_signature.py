@@ -98,3 +98,16 @@ def test_type_determined_choices_are_remembered_value_dependent_are_not():
     conv = [Overload(0, "input: Tensor, stride: list[int], out: Tensor!")]
     _, _, remember = resolve(conv, ("x", [1], "o"), {})
     assert not remember
+
+
+def test_malformed_overloads_are_rejected_with_the_parameter_named():
+    with pytest.raises(ValueError, match="'input Tensor' is not `name: Type"):
+        parse_overload("input Tensor")
+    with pytest.raises(ValueError, match="'x' appears twice"):
+        parse_overload("x: Tensor, x: Tensor!")
+    with pytest.raises(ValueError, match="unknown parameter type 'Tensr'"):
+        parse_overload("x: Tensr")
+    with pytest.raises(ValueError, match="default 'eps' of 'alpha' is not a literal"):
+        parse_overload("alpha: float = eps")
+    (parameter,) = parse_overload("eps: float = 1e-6")
+    assert parameter.default == 1e-6 and parameter.default_text == "1e-6"

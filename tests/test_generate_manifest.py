@@ -583,3 +583,53 @@ def test_unknown_device_argument(tree, tmp_path, capsys):
     )
     assert status == 1
     assert capsys.readouterr().err.startswith("--devices: unknown device(s) tpu")
+
+
+def test_scripts_import_each_other_in_one_direction_and_reuse_core():
+    """The generators form no import cycle and define none of the schema
+    that `infini.ops.core` holds (parser, platforms, naming, constants)."""
+    import ast
+
+    scripts = Path(__file__).resolve().parents[1] / "scripts"
+    modules = {path.stem: path for path in scripts.glob("*.py")}
+    imports: dict[str, set[str]] = {}
+    core_names = {
+        "parse_overload",
+        "class_name_of",
+        "pascal",
+        "PLATFORMS",
+        "PLATFORM_SETS",
+        "CUDA_LIKE_PLATFORMS",
+        "MAX_IMPLEMENTATIONS",
+        "ATEN_SLOT",
+        "METADATA_NAME",
+        "TORCH_METADATA_NAME",
+    }
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        imports[name] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module in modules:
+                imports[name].add(node.module)
+            elif isinstance(node, ast.Import):
+                imports[name] |= {a.name for a in node.names if a.name in modules}
+        defined = {
+            node.name
+            for node in tree.body
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef))
+        } | {
+            target.id
+            for node in tree.body
+            if isinstance(node, ast.Assign)
+            for target in node.targets
+            if isinstance(target, ast.Name)
+        }
+        assert not defined & core_names, (name, defined & core_names)
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        assert name not in path, f"import cycle: {' -> '.join((*path, name))}"
+        for imported in imports[name]:
+            visit(imported, (*path, name))
+
+    for name in modules:
+        visit(name, ())
