@@ -159,3 +159,40 @@ def test_scaled_dot_product_attention_slot_1_half_precision_and_gqa():
         q.float(), k.float(), v.float(), is_causal=True, scale=0.2, enable_gqa=True
     ).half()
     assert torch.allclose(out, expected, rtol=1e-3, atol=1e-3)
+
+
+def test_stream_context_wraps_the_callers_stream_once_per_device(monkeypatch):
+    """`core.streams.stream_context(device, stream)`, which the torch
+    implementations and the Triton launches share: nothing for stream 0 or the
+    CPU; otherwise the framework's external stream of that device, wrapped
+    once per handle."""
+    from infini.ops.core import streams
+    from infini.ops.core.devices import Device
+
+    if streams.TRITON_INTERPRETER:
+        pytest.skip("the interpreter test mode runs everything on CPU tensors")
+
+    wrapped = []
+
+    class FakeExternalStream:
+        def __init__(self, handle, device):
+            wrapped.append((handle, device))
+
+    class FakeCuda:
+        ExternalStream = FakeExternalStream
+
+        @staticmethod
+        def stream(external):
+            return ("on", external)
+
+    monkeypatch.setattr(torch, "cuda", FakeCuda)
+    monkeypatch.setattr(streams, "_EXTERNAL_STREAMS", {})
+    cpu, gpu = Device("cpu", 0), Device("nvidia", 1)
+    with streams.stream_context(cpu, 1234), streams.stream_context(gpu, 0):
+        pass
+    assert wrapped == []
+    first = streams.stream_context(gpu, 1234)
+    again = streams.stream_context(gpu, 1234)
+    assert first[0] == "on" and first[1] is again[1]
+    streams.stream_context(Device("iluvatar", 0), 1234)
+    assert wrapped == [(1234, "cuda:1"), (1234, "cuda:0")]

@@ -221,7 +221,7 @@ NATIVE_EXAMPLES = {
 
 
 def _launches(value, depth=0):
-    from infini.ops.native.cuda.runtime import Launch
+    from infini.ops.runtime.triton import Launch
 
     if isinstance(value, Launch):
         yield value
@@ -240,7 +240,8 @@ def test_native_kernels_compile_for_sm90(op, monkeypatch):
     import triton
     from triton.backends.compiler import GPUTarget
 
-    from infini.ops.native.cuda import elementwise, runtime
+    from infini.ops.native.cuda import elementwise
+    from infini.ops.runtime import triton as runtime
 
     try:
         module = importlib.import_module(f"infini.ops.native.cuda.ops.{op}")
@@ -257,8 +258,15 @@ def test_native_kernels_compile_for_sm90(op, monkeypatch):
     # CPU, and no launch (the kernels are compiled below instead).
     monkeypatch.setattr(runtime, "uses_direct_launch", lambda device: False)
     monkeypatch.setattr(runtime, "torch_device", lambda device: "cpu")
-    monkeypatch.setattr(elementwise, "torch_device", lambda device: "cpu")
-    monkeypatch.setattr(module, "require_device", lambda *arguments: None)
+    # The elementwise templates check the device themselves; other kernel
+    # modules import `require_device` (and some `torch_device`) by name.
+    for planner in (elementwise, module):
+        monkeypatch.setattr(
+            planner, "torch_device", lambda device: "cpu", raising=False
+        )
+        monkeypatch.setattr(
+            planner, "require_device", lambda *arguments: None, raising=False
+        )
     values = NATIVE_EXAMPLES[op]()
     operator = cls(Arguments(values, NVIDIA, 0))
     launches = list(_launches(operator))
@@ -271,6 +279,33 @@ def test_native_kernels_compile_for_sm90(op, monkeypatch):
             source, target=GPUTarget("cuda", 90, 32), options=launch.options
         )
         assert compiled.asm["cubin"]
+
+
+def test_elementwise_templates_key_compiled_kernels_on_the_function():
+    """One template kernel serves every unary operator; the element function
+    must be part of the compile-cache key, or `sigmoid` could run `silu`'s
+    machine code."""
+    if TRITON_INTERPRETER:
+        pytest.skip(NOT_UNDER_THE_INTERPRETER)
+    pytest.importorskip("triton")
+    import triton.language as tl
+
+    from infini.ops.native.cuda.elementwise import UNARY_KERNEL
+    from infini.ops.native.cuda.ops.silu import silu
+    from infini.ops.native.cuda.special import sigmoid
+    from infini.ops.runtime.triton import Pointer, ast_source
+
+    arguments = (_meta((64,)), _meta((64,)), Pointer("int64"), 64)
+    keys = {
+        ast_source(
+            UNARY_KERNEL.fn,
+            arguments,
+            {"NDIM": 0, "BLOCK": 64, "FUNCTION": function, "COMPUTE": tl.float32},
+            True,
+        ).hash()
+        for function in (silu, sigmoid)
+    }
+    assert len(keys) == 2
 
 
 def test_triton_jit_kernels_compile_and_reload_from_the_disk_cache(

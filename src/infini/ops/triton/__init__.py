@@ -5,10 +5,13 @@ Each operator with a Triton JIT implementation has `ops/<op>/jit.py`: one
 the backend can compile it even while the interpreter test mode is on) and
 its implementation class. `jit/` holds what they share:
 
-- `config.py`: the `config=` schema of contract 5.1 and its validation;
 - `compile.py`: signatures, identities, compilation and loading;
 - `cache.py`: the on-disk cache of compiled kernels and auto-tuning results;
-- `autotune.py`: benchmarking candidate configs;
 - `operator.py`: `TritonJitOperator`, the build and launch steps every
-  Triton JIT implementation shares.
+  Triton JIT implementation shares, and auto-tuning (benchmarking the
+  candidate configs of an auto-tuning `config=`).
+
+The `config=` schema itself is `infini.ops.core.config` (it is checked
+whatever the slot), and launches go through `infini.ops.runtime.triton`,
+the launch runtime shared with the CUDA-like native kernels.
 """

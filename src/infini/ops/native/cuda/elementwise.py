@@ -1,4 +1,5 @@
-"""Elementwise planning and the Triton helpers elementwise kernels share.
+"""Elementwise kernels of the CUDA-like platforms: planning, the Triton
+helpers they share, and the unary, binary and gated templates.
 
 An elementwise launch covers the output's elements by linear index. When every
 operand is contiguous in the output's order (after dropping size-1 dimensions
@@ -8,6 +9,19 @@ and merging mergeable ones) the index is the offset of every operand
 strides of operand 1..., ...]`` over the coalesced dimensions, and turns the
 index into one offset per operand (`strided_offsets2`/`strided_offsets3`).
 Broadcast inputs have stride 0 in the table.
+
+An operator whose result is one function of its operands, element for
+element, writes only that function (a `@triton.jit` function of loaded
+values) and launches one of the templates with it:
+
+- `UnaryElementwise`: ``out = function(input)``;
+- `BinaryElementwise`: ``out = function(input, other, scalar)``, the inputs
+  broadcast to `out`'s shape;
+- `GatedElementwise`: ``out = function(input[..., :h], input[..., h:])``.
+
+The function is a `tl.constexpr` argument of the template kernel, which
+Triton inlines when it compiles: each operator gets its own machine code,
+and its own compile-cache entry (the function's source is part of the key).
 """
 
 from __future__ import annotations
@@ -15,18 +29,24 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from infini.ops.core.geometry import AliasGuard, broadcast_strides, coalesce
-
-from .runtime import INTERPRETER, Kernel, stream_context, torch_device
+from infini.ops.core.geometry import broadcast_strides, coalesce
+from infini.ops.core.streams import stream_context
+from infini.ops.core.tensor import TensorMeta
+from infini.ops.runtime.triton import (
+    INTERPRETER,
+    Kernel,
+    OverlapGuard,
+    Pointer,
+    next_power_of_two,
+    require_device,
+    staging_like,
+    torch_device,
+)
 
 # Elements per program: 1024 keeps four warps busy with vector loads on GPUs;
 # the interpreter runs each program as a NumPy step, so fewer, larger ones.
 GPU_BLOCK = 1024
 INTERPRETER_BLOCK_LIMIT = 16384
-
-
-def next_power_of_two(value: int) -> int:
-    return 1 << max(int(value) - 1, 0).bit_length()
 
 
 def elementwise_block(numel: int) -> int:
@@ -83,21 +103,6 @@ def geometry_table(shape, operand_strides, device):
     return torch.tensor(values, dtype=torch.int64, device=torch_device(device))
 
 
-class OverlapGuard:
-    """Whether an output overlaps an input other than element for element
-    (the same address, strides and dtype), which needs a staging buffer."""
-
-    def __init__(self, out, inputs) -> None:
-        self.guard = AliasGuard(
-            out, tuple(out.strides), [(meta, tuple(meta.strides)) for meta in inputs]
-        )
-
-    def __call__(self, out, inputs) -> bool:
-        return self.guard.needs_staging(
-            out.data_ptr(), [tensor.data_ptr() for tensor in inputs]
-        )
-
-
 class ElementwiseLaunch:
     """A planned elementwise kernel over `out`'s shape.
 
@@ -136,7 +141,7 @@ class ElementwiseLaunch:
         block = elementwise_block(numel)
         self.launch = kernel.bind(
             grid=(-(-numel // block),),
-            arguments=(out, *inputs, _pointer("int64"), numel, *scalars),
+            arguments=(out, *inputs, Pointer("int64"), numel, *scalars),
             constexprs={"NDIM": ndim, "BLOCK": block, **(constexprs or {})},
             device=device,
         )
@@ -170,20 +175,6 @@ def _order_by_output(shape, operand_strides):
 
 class Pointer64:
     """Marks the unused geometry pointer of a flat launch (any tensor will do)."""
-
-
-def _pointer(dtype):
-    from .runtime import Pointer
-
-    return Pointer(dtype)
-
-
-def staging_like(out):
-    import torch
-
-    return torch.empty_strided(
-        tuple(out.shape), out.stride(), dtype=out.dtype, device=out.device
-    )
 
 
 def compute_type(dtype: str):
@@ -274,3 +265,187 @@ def load_or_zero(pointer, mask, COMPUTE: tl.constexpr):
     if COMPUTE is not None:
         value = value.to(COMPUTE)
     return value
+
+
+# -- templates: one kernel per family, specialised on the function ---------------
+
+
+@triton.jit
+def unary_kernel(
+    out,
+    input,
+    geometry,
+    numel,
+    NDIM: tl.constexpr,
+    BLOCK: tl.constexpr,
+    FUNCTION: tl.constexpr,
+    COMPUTE: tl.constexpr,
+):
+    index = block_indices(BLOCK)
+    mask = index < numel
+    if NDIM == 0:
+        out_offset = index
+        input_offset = index
+    else:
+        out_offset, input_offset = strided_offsets2(index, geometry, NDIM)
+    if COMPUTE is None:
+        # The values as stored, bit for bit, and a result of the same type.
+        x = tl.load(input + input_offset, mask=mask)
+        tl.store(out + out_offset, FUNCTION(x), mask=mask)
+    else:
+        x = load_as(input + input_offset, mask, COMPUTE)
+        store_as(out + out_offset, FUNCTION(x), mask)
+
+
+@triton.jit
+def binary_kernel(
+    out,
+    input,
+    other,
+    geometry,
+    numel,
+    scalar,
+    NDIM: tl.constexpr,
+    BLOCK: tl.constexpr,
+    FUNCTION: tl.constexpr,
+    COMPUTE: tl.constexpr,
+    SCALAR: tl.constexpr,
+):
+    index = block_indices(BLOCK)
+    mask = index < numel
+    if NDIM == 0:
+        out_offset = index
+        input_offset = index
+        other_offset = index
+    else:
+        out_offset, input_offset, other_offset = strided_offsets3(index, geometry, NDIM)
+    x = load_as(input + input_offset, mask, COMPUTE)
+    y = load_as(other + other_offset, mask, COMPUTE)
+    if SCALAR is None:
+        result = FUNCTION(x, y, scalar)
+    else:
+        result = FUNCTION(x, y, SCALAR)
+    store_as(out + out_offset, result, mask)
+
+
+@triton.jit
+def gated_kernel(
+    out,
+    input,
+    geometry,
+    numel,
+    second,
+    NDIM: tl.constexpr,
+    BLOCK: tl.constexpr,
+    FUNCTION: tl.constexpr,
+    COMPUTE: tl.constexpr,
+):
+    index = block_indices(BLOCK)
+    mask = index < numel
+    if NDIM == 0:
+        out_offset = index
+        input_offset = index
+    else:
+        out_offset, input_offset = strided_offsets2(index, geometry, NDIM)
+    x = load_as(input + input_offset, mask, COMPUTE)
+    y = load_as(input + input_offset + second, mask, COMPUTE)
+    store_as(out + out_offset, FUNCTION(x, y), mask)
+
+
+UNARY_KERNEL = Kernel(unary_kernel)
+BINARY_KERNEL = Kernel(binary_kernel)
+GATED_KERNEL = Kernel(gated_kernel)
+
+
+class UnaryElementwise(ElementwiseLaunch):
+    """``out = function(input)`` for a unary operator; the instance is the
+    operator's `launch` (``launch(stream, input, out)``).
+
+    `function` takes one value: `input`'s element converted to `compute`
+    (default: `compute_type` of `out`'s dtype), its result rounded once on
+    the store. With ``as_stored=True`` it gets the elements as stored, bit
+    for bit, and returns the same type (functions that only select, such as
+    `relu`, keep NaN payloads that way).
+    """
+
+    def __init__(
+        self, operator, out, input, function, *, compute=None, as_stored=False
+    ) -> None:
+        require_device(operator.name, operator.device)
+        if as_stored:
+            compute = None
+        elif compute is None:
+            compute = compute_type(out.dtype)
+        super().__init__(
+            UNARY_KERNEL,
+            operator.device,
+            out,
+            (input,),
+            constexprs={"FUNCTION": function, "COMPUTE": compute},
+        )
+
+    def __call__(self, stream: int, input, out) -> None:
+        ElementwiseLaunch.__call__(self, stream, out, input)
+
+
+class BinaryElementwise(ElementwiseLaunch):
+    """``out = function(input, other, scalar)`` for a binary operator whose
+    inputs broadcast to `out`; the instance is the operator's `launch`
+    (``launch(stream, input, other, out)``).
+
+    `function` takes both elements converted to `compute_type` of `out`'s
+    dtype and `scalar` (a number fixed when the operator is built; 1 when
+    the operator has none). Its result is rounded once on the store.
+    """
+
+    def __init__(self, operator, out, input, other, function, scalar=1) -> None:
+        require_device(operator.name, operator.device)
+        # A runtime float scalar reaches the kernel as float32, so float64
+        # takes `scalar` as a constant instead.
+        wide = out.dtype == "float64"
+        super().__init__(
+            BINARY_KERNEL,
+            operator.device,
+            out,
+            (input, other),
+            scalars=(0.0 if wide else scalar,),
+            constexprs={
+                "FUNCTION": function,
+                "COMPUTE": compute_type(out.dtype),
+                "SCALAR": float(scalar) if wide else None,
+            },
+        )
+
+    def __call__(self, stream: int, input, other, out) -> None:
+        ElementwiseLaunch.__call__(self, stream, out, input, other)
+
+
+class GatedElementwise(ElementwiseLaunch):
+    """``out = function(input[..., :h], input[..., h:])`` with ``h`` the last
+    dimension of `out`; the instance is the operator's `launch`
+    (``launch(stream, input, out)``).
+
+    The two halves are one operand of the elementwise plan (they share
+    `input`'s strides); the second half starts ``h`` elements further along
+    the last dimension. `function` takes both elements converted to
+    `compute_type` of `out`'s dtype.
+    """
+
+    def __init__(self, operator, out, input, function) -> None:
+        require_device(operator.name, operator.device)
+        first_half = TensorMeta(
+            out.shape, input.strides, input.dtype, input.device, input.torch_dtype
+        )
+        super().__init__(
+            GATED_KERNEL,
+            operator.device,
+            out,
+            (first_half,),
+            scalars=(out.shape[-1] * input.strides[-1],),
+            constexprs={"FUNCTION": function, "COMPUTE": compute_type(out.dtype)},
+            # The overlap test covers all of `input`, both halves.
+            guard_inputs=(input,),
+        )
+
+    def __call__(self, stream: int, input, out) -> None:
+        ElementwiseLaunch.__call__(self, stream, out, input)

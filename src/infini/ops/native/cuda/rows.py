@@ -13,9 +13,8 @@ import triton
 import triton.language as tl
 
 from infini.ops.core.geometry import coalesce
-
-from .elementwise import geometry_table, next_power_of_two
-from .runtime import INTERPRETER, Pointer
+from infini.ops.native.cuda.elementwise import geometry_table
+from infini.ops.runtime.triton import INTERPRETER, Pointer, next_power_of_two
 
 # Rows up to this many elements are held in registers in one block; longer
 # rows are walked in `LOOP_BLOCK` chunks.

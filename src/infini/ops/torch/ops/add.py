@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from infini.ops.base.add import Add
 from infini.ops.core.registry import implementation
-from infini.ops.torch._common import shares_memory, stream_context
+from infini.ops.core.streams import stream_context
+from infini.ops.torch._common import shares_memory
 
 # Unsigned types torch has no `add` kernel for: computed in int64, whose
 # wrap-around arithmetic gives the same bits.
@@ -35,7 +36,7 @@ class TorchAdd(Add):
     def launch(self, stream, input, other, out) -> None:
         import torch
 
-        with stream_context(stream, self.device):
+        with stream_context(self.device, stream):
             if self.wide_unsigned:
                 result = torch.add(
                     input.to(torch.int64), other.to(torch.int64), alpha=self.alpha

@@ -6,7 +6,7 @@ import math
 
 from infini.ops.base.flash_attn_varlen_func import FlashAttnVarlenFunc
 from infini.ops.core.registry import implementation
-from infini.ops.torch._common import stream_context
+from infini.ops.core.streams import stream_context
 
 
 @implementation(operator="flash_attn_varlen_func", devices=("nvidia",), slot=8)
@@ -18,7 +18,7 @@ class TorchFlashAttnVarlenFunc(FlashAttnVarlenFunc):
     def launch(
         self, stream, q, k, v, cu_seqlens_q, cu_seqlens_k, alibi, table, out, lse, s
     ) -> None:
-        with stream_context(stream, self.device):
+        with stream_context(self.device, stream):
             varlen_attention(
                 q,
                 k,

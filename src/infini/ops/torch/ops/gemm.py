@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from infini.ops.base.gemm import Gemm
+from infini.ops.core.devices import CUDA_LIKE_PLATFORMS
 from infini.ops.core.registry import implementation
-from infini.ops.torch._common import shares_memory, stream_context
+from infini.ops.core.streams import stream_context
+from infini.ops.torch._common import shares_memory
 
 # Platforms whose torch has `addmm`/`baddbmm` with `out=` and `beta=0`.
-_BLAS_PLATFORMS = ("cpu", "nvidia", "iluvatar", "metax", "hygon", "moore", "thead")
+_BLAS_PLATFORMS = ("cpu", *CUDA_LIKE_PLATFORMS)
 
 
 @implementation(operator="gemm", devices="all", slot=2)
@@ -40,7 +42,7 @@ class TorchGemm(Gemm):
         import torch
 
         a, b = self._operands(a, b)
-        with stream_context(stream, self.device):
+        with stream_context(self.device, stream):
             if not self.blas:
                 product = torch.matmul(a, b)
                 y.copy_(product if self.alpha == 1 else product * self.alpha)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from infini.ops.base.reshape_and_cache import ReshapeAndCache
 from infini.ops.core.registry import implementation
-from infini.ops.torch._common import stream_context
+from infini.ops.core.streams import stream_context
 
 # The largest finite value of each fp8 format, where vLLM saturates.
 _FP8 = {
@@ -40,7 +40,7 @@ class TorchReshapeAndCache(ReshapeAndCache):
         import torch
 
         self.check_slots(slot_mapping)
-        with stream_context(stream, self.device):
+        with stream_context(self.device, stream):
             slots = slot_mapping.to(torch.int64)
             tokens = (slots >= 0).nonzero().squeeze(1)
             slots = slots[tokens]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from infini.ops.base.rotary_embedding import RotaryEmbedding
 from infini.ops.core.registry import implementation
-from infini.ops.torch._common import stream_context
+from infini.ops.core.streams import stream_context
 
 
 @implementation(operator="rotary_embedding", devices="all", slot=1)
@@ -37,7 +37,7 @@ class TorchRotaryEmbedding(RotaryEmbedding):
 
     def launch(self, stream, positions, query, key, cos_sin_cache) -> None:
         self.check_positions(positions)
-        with stream_context(stream, self.device):
+        with stream_context(self.device, stream):
             rows = cos_sin_cache[positions.long()].float()
             half = self.rot_dim // 2
             # One row per token, broadcast over the heads.

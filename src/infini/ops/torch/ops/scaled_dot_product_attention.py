@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from infini.ops.base.scaled_dot_product_attention import ScaledDotProductAttention
 from infini.ops.core.registry import implementation
-from infini.ops.torch._common import stream_context
+from infini.ops.core.streams import stream_context
 
 
 @implementation(operator="scaled_dot_product_attention", devices="all", slot=1)
@@ -24,7 +24,7 @@ class TorchScaledDotProductAttention(ScaledDotProductAttention):
     def launch(self, stream, query, key, value, attn_mask, out) -> None:
         import torch.nn.functional as F
 
-        with stream_context(stream, self.device):
+        with stream_context(self.device, stream):
             if self.empty_keys:
                 out.zero_()
                 return

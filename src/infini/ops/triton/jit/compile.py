@@ -19,12 +19,12 @@ from functools import cache
 from pathlib import Path
 
 from infini.ops.core.config import CompileConfig
-from infini.ops.native.cuda.runtime import (
+from infini.ops.runtime.triton import (
     INTERPRETER,
     ast_source,
     kernel_parameters,
     python_function,
-    triton,
+    triton_module,
 )
 
 from .cache import (
@@ -59,7 +59,7 @@ def fingerprint(kernel) -> str:
     library is interpreted there) and uses the kernel's source instead; its
     identities are its own."""
     digest = hashlib.sha256()
-    digest.update(f"triton={triton().__version__}\n".encode())
+    digest.update(f"triton={triton_module().__version__}\n".encode())
     digest.update(b"compiler\0" + _COMPILER_SOURCE)
     if INTERPRETER:
         source = inspect.getsource(python_function(kernel))
@@ -196,7 +196,7 @@ def _compile_job(
 
 def _compile_in_worker(kernel, arguments, config, operator, target, aligned):
     from infini.ops.core.tensor import TensorMeta
-    from infini.ops.native.cuda.runtime import Pointer
+    from infini.ops.runtime.triton import Pointer
 
     function = python_function(kernel)
     arguments = tuple(
@@ -260,7 +260,7 @@ def compile_kernel(
         }
         compiled = CompiledKernel(source, group, identity_text)
     else:
-        compiled = triton().compile(
+        compiled = triton_module().compile(
             source,
             target=target,
             options={"num_warps": config.num_warps, "num_stages": config.num_stages},

@@ -8,8 +8,9 @@ values and its grid (a function of the constexprs). `setup_jit` resolves the
 cache) and binds the launch; an auto-tuning config is resolved at the first
 launch, when the tensors to benchmark on are there.
 
-Launches are those of the native CUDA-like kernels (`native/cuda/runtime.py`):
-the compiled kernel called directly on the caller's stream on NVIDIA GPUs,
+Launches go through the shared Triton launch runtime
+(`infini.ops.runtime.triton`), as the native CUDA-like kernels' do: the
+compiled kernel called directly on the caller's stream on NVIDIA GPUs,
 Triton's interpreter on CPU tensors in the interpreter test mode (which also
 compiles and caches for `interpreter_target()` when
 `INFINI_OPS_TRITON_INTERPRET_TARGET` names one, so the compile and cache
@@ -28,13 +29,13 @@ from infini.ops.core.config import (
     parse_config,
 )
 from infini.ops.core.geometry import coalesce
-from infini.ops.native.cuda.runtime import (
+from infini.ops.core.streams import stream_context
+from infini.ops.runtime.triton import (
     INTERPRETER,
     Kernel,
     Launch,
     kernel_parameters,
     require_device,
-    stream_context,
 )
 
 from .cache import (
@@ -157,7 +158,7 @@ class TritonJitOperator:
         tuning = self._jit_tuning
         target = self._jit_target
         backend = "interpreter" if INTERPRETER else target.backend
-        from infini.ops.native.cuda.runtime import ast_source
+        from infini.ops.runtime.triton import ast_source
 
         defaults = tuning.candidates[0].with_defaults(self.default_constexprs)
         source = ast_source(

@@ -22,7 +22,7 @@ from infini.ops.native.cuda.elementwise import (
     store_as,
     strided_offsets2,
 )
-from infini.ops.native.cuda.runtime import Kernel, require_device
+from infini.ops.runtime.triton import Kernel, require_device
 
 # How a float reaches each integer type: 0 directly, 1 through int32,
 # 2 through int64, 3 through int64 below 2**63 (uint64).

@@ -21,7 +21,7 @@ from infini.ops.native.cuda.elementwise import (
 )
 from infini.ops.native.cuda.ops.cast import _FLOAT_TO_INTEGER_ROUTE
 from infini.ops.native.cuda.ops.cast import KERNEL as CAST_KERNEL
-from infini.ops.native.cuda.runtime import Kernel, require_device
+from infini.ops.runtime.triton import Kernel, require_device
 
 
 @triton.jit

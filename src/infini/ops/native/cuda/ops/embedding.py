@@ -20,22 +20,22 @@ import triton.language as tl
 
 from infini.ops.base.embedding import Embedding
 from infini.ops.core.registry import implementation
+from infini.ops.core.streams import stream_context
 from infini.ops.native.cuda.elementwise import (
-    OverlapGuard,
     bits_pointer,
     load_or_zero,
-    next_power_of_two,
     round_as,
-    staging_like,
     store_as,
 )
 from infini.ops.native.cuda.rows import RowPlan, row_offsets2
-from infini.ops.native.cuda.runtime import (
+from infini.ops.runtime.triton import (
     INTERPRETER,
     Kernel,
+    OverlapGuard,
     Pointer,
+    next_power_of_two,
     require_device,
-    stream_context,
+    staging_like,
 )
 
 # Elements a program covers; the interpreter runs a program as NumPy steps.

@@ -14,8 +14,8 @@ import triton.language as tl
 
 from infini.ops.base.fill import Fill
 from infini.ops.core.registry import implementation
+from infini.ops.core.streams import stream_context
 from infini.ops.core.tensor import TensorMeta
-from infini.ops.native.cuda import runtime
 from infini.ops.native.cuda.elementwise import (
     ElementwiseLaunch,
     bits_pointer,
@@ -24,11 +24,7 @@ from infini.ops.native.cuda.elementwise import (
 )
 from infini.ops.native.cuda.ops.cast import KERNEL as CAST_KERNEL
 from infini.ops.native.cuda.ops.copy import cast_constexprs
-from infini.ops.native.cuda.runtime import (
-    Kernel,
-    require_device,
-    stream_context,
-)
+from infini.ops.runtime.triton import Kernel, require_device, torch_device
 
 
 @triton.jit
@@ -67,7 +63,7 @@ class CudaFill(Fill):
         import torch
 
         out = args.out
-        device = runtime.torch_device(self.device)
+        device = torch_device(self.device)
         # The scalar as a 0-d "input" of the fill plan: stride 0 everywhere.
         scalar = TensorMeta((), (), out.dtype, out.device, out.torch_dtype)
         self.fill = ElementwiseLaunch(KERNEL, self.device, out, (scalar,))

@@ -17,14 +17,10 @@ import triton.language as tl
 
 from infini.ops.base.fused_add_rms_norm import FusedAddRmsNorm
 from infini.ops.core.registry import implementation
+from infini.ops.core.streams import stream_context
 from infini.ops.native.cuda.elementwise import load_or_zero, round_as, store_as
 from infini.ops.native.cuda.rows import RowPlan, row_blocks, row_offsets2
-from infini.ops.native.cuda.runtime import (
-    Kernel,
-    Pointer,
-    require_device,
-    stream_context,
-)
+from infini.ops.runtime.triton import Kernel, Pointer, require_device
 
 
 @triton.jit

@@ -1,66 +1,26 @@
-"""CUDA-like `mul` (slot 0): ``out = input * other`` in Triton."""
+"""CUDA-like `mul` (slot 0): ``out = input * other``, the binary elementwise
+template with `mul`."""
 
 from __future__ import annotations
 
 import triton
-import triton.language as tl
+
+# Triton's interpreter runs a jit function only when its module sees
+# `triton.language`.
+import triton.language as tl  # noqa: F401
 
 from infini.ops.base.mul import Mul
 from infini.ops.core.registry import implementation
-from infini.ops.native.cuda.elementwise import (
-    ElementwiseLaunch,
-    block_indices,
-    compute_type,
-    load_as,
-    store_as,
-    strided_offsets3,
-)
-from infini.ops.native.cuda.runtime import Kernel, require_device
+from infini.ops.native.cuda.elementwise import BinaryElementwise
 
 
 @triton.jit
-def mul_kernel(
-    out,
-    input,
-    other,
-    geometry,
-    numel,
-    NDIM: tl.constexpr,
-    BLOCK: tl.constexpr,
-    COMPUTE: tl.constexpr,
-):
-    index = block_indices(BLOCK)
-    mask = index < numel
-    if NDIM == 0:
-        out_offset = index
-        input_offset = index
-        other_offset = index
-    else:
-        out_offset, input_offset, other_offset = strided_offsets3(index, geometry, NDIM)
-    x = load_as(input + input_offset, mask, COMPUTE)
-    y = load_as(other + other_offset, mask, COMPUTE)
-    store_as(out + out_offset, x * y, mask)
+def mul(x, y, unused_scalar):
+    return x * y
 
 
-KERNEL = Kernel(mul_kernel)
-
-
-@implementation(
-    operator="mul",
-    devices="cuda_like",
-    slot=0,
-)
+@implementation(operator="mul", devices="cuda_like", slot=0)
 class CudaMul(Mul):
     def __init__(self, args) -> None:
         super().__init__(args)
-        require_device(self.name, self.device)
-        self._launch = ElementwiseLaunch(
-            KERNEL,
-            self.device,
-            args.out,
-            (args.input, args.other),
-            constexprs={"COMPUTE": compute_type(args.out.dtype)},
-        )
-
-    def launch(self, stream, input, other, out) -> None:
-        self._launch(stream, out, input, other)
+        self.launch = BinaryElementwise(self, args.out, args.input, args.other, mul)

@@ -23,21 +23,18 @@ import triton.language as tl
 
 from infini.ops.base.paged_attention_infinilm import PagedAttentionInfinilm
 from infini.ops.core.registry import implementation
-from infini.ops.native.cuda.elementwise import (
-    OverlapGuard,
-    load_or_zero,
-    next_power_of_two,
-    staging_like,
-    store_as,
-)
-from infini.ops.native.cuda.runtime import (
+from infini.ops.core.streams import stream_context
+from infini.ops.native.cuda.elementwise import load_or_zero, store_as
+from infini.ops.native.cuda.special import exp_float32
+from infini.ops.runtime.triton import (
     INTERPRETER,
     Kernel,
+    OverlapGuard,
     Pointer,
+    next_power_of_two,
     require_device,
-    stream_context,
+    staging_like,
 )
-from infini.ops.native.cuda.special import exp_float32
 
 # Elements of a step's (query heads x tokens x features) product: cached
 # tokens per step are what fits. The interpreter runs each step as NumPy

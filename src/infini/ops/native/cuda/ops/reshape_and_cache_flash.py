@@ -18,13 +18,14 @@ import triton.language as tl
 
 from infini.ops.base.reshape_and_cache_flash import ReshapeAndCacheFlash
 from infini.ops.core.registry import implementation
-from infini.ops.native.cuda.elementwise import bits_pointer, load_as, next_power_of_two
-from infini.ops.native.cuda.runtime import (
+from infini.ops.core.streams import stream_context
+from infini.ops.native.cuda.elementwise import bits_pointer, load_as
+from infini.ops.runtime.triton import (
     INTERPRETER,
     Kernel,
     Pointer,
+    next_power_of_two,
     require_device,
-    stream_context,
 )
 
 # fp8 formats: (mantissa bits, exponent bias, largest finite byte).

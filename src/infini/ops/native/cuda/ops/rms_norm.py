@@ -7,14 +7,10 @@ import triton.language as tl
 
 from infini.ops.base.rms_norm import RmsNorm
 from infini.ops.core.registry import implementation
-from infini.ops.native.cuda.elementwise import (
-    OverlapGuard,
-    load_as,
-    staging_like,
-    store_as,
-)
+from infini.ops.core.streams import stream_context
+from infini.ops.native.cuda.elementwise import load_as, store_as
 from infini.ops.native.cuda.rows import RowPlan, row_blocks, row_offsets2
-from infini.ops.native.cuda.runtime import Kernel, require_device, stream_context
+from infini.ops.runtime.triton import Kernel, OverlapGuard, require_device, staging_like
 
 
 @triton.jit

@@ -17,13 +17,14 @@ import triton.language as tl
 
 from infini.ops.base.rotary_embedding import RotaryEmbedding
 from infini.ops.core.registry import implementation
-from infini.ops.native.cuda.elementwise import load_as, next_power_of_two, store_as
-from infini.ops.native.cuda.runtime import (
+from infini.ops.core.streams import stream_context
+from infini.ops.native.cuda.elementwise import load_as, store_as
+from infini.ops.runtime.triton import (
     INTERPRETER,
     Kernel,
     Pointer,
+    next_power_of_two,
     require_device,
-    stream_context,
 )
 
 # Rotation pairs a program covers (tokens x heads x pairs); the interpreter

@@ -1,64 +1,16 @@
-"""CUDA-like `sigmoid` (slot 0): ``out = 1 / (1 + exp(-input))`` in Triton."""
+"""CUDA-like `sigmoid` (slot 0): ``out = 1 / (1 + exp(-input))``, the unary
+elementwise template with `special.sigmoid`."""
 
 from __future__ import annotations
 
-import triton
-import triton.language as tl
-
 from infini.ops.base.sigmoid import Sigmoid
 from infini.ops.core.registry import implementation
-from infini.ops.native.cuda.elementwise import (
-    ElementwiseLaunch,
-    block_indices,
-    compute_type,
-    load_as,
-    store_as,
-    strided_offsets2,
-)
-from infini.ops.native.cuda.runtime import Kernel, require_device
+from infini.ops.native.cuda.elementwise import UnaryElementwise
 from infini.ops.native.cuda.special import sigmoid
 
 
-@triton.jit
-def sigmoid_kernel(
-    out,
-    input,
-    geometry,
-    numel,
-    NDIM: tl.constexpr,
-    BLOCK: tl.constexpr,
-    COMPUTE: tl.constexpr,
-):
-    index = block_indices(BLOCK)
-    mask = index < numel
-    if NDIM == 0:
-        out_offset = index
-        input_offset = index
-    else:
-        out_offset, input_offset = strided_offsets2(index, geometry, NDIM)
-    x = load_as(input + input_offset, mask, COMPUTE)
-    store_as(out + out_offset, sigmoid(x), mask)
-
-
-KERNEL = Kernel(sigmoid_kernel)
-
-
-@implementation(
-    operator="sigmoid",
-    devices="cuda_like",
-    slot=0,
-)
+@implementation(operator="sigmoid", devices="cuda_like", slot=0)
 class CudaSigmoid(Sigmoid):
     def __init__(self, args) -> None:
         super().__init__(args)
-        require_device(self.name, self.device)
-        self._launch = ElementwiseLaunch(
-            KERNEL,
-            self.device,
-            args.out,
-            (args.input,),
-            constexprs={"COMPUTE": compute_type(args.out.dtype)},
-        )
-
-    def launch(self, stream, input, out) -> None:
-        self._launch(stream, out, input)
+        self.launch = UnaryElementwise(self, args.out, args.input, sigmoid)

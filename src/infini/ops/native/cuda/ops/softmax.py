@@ -15,16 +15,11 @@ import triton.language as tl
 
 from infini.ops.base.softmax import Softmax
 from infini.ops.core.registry import implementation
-from infini.ops.native.cuda.elementwise import (
-    OverlapGuard,
-    load_as,
-    round_as,
-    staging_like,
-    store_as,
-)
+from infini.ops.core.streams import stream_context
+from infini.ops.native.cuda.elementwise import load_as, round_as, store_as
 from infini.ops.native.cuda.rows import RowPlan, row_blocks, row_offsets2
-from infini.ops.native.cuda.runtime import Kernel, require_device, stream_context
 from infini.ops.native.cuda.special import exp
+from infini.ops.runtime.triton import Kernel, OverlapGuard, require_device, staging_like
 
 
 @triton.jit

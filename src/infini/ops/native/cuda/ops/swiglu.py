@@ -1,4 +1,5 @@
-"""CUDA-like `swiglu` (slot 0): ``out = input * silu(gate)`` in Triton."""
+"""CUDA-like `swiglu` (slot 0): ``out = input * silu(gate)``, the binary
+elementwise template with `swiglu`."""
 
 from __future__ import annotations
 
@@ -7,60 +8,16 @@ import triton.language as tl
 
 from infini.ops.base.swiglu import Swiglu
 from infini.ops.core.registry import implementation
-from infini.ops.native.cuda.elementwise import (
-    ElementwiseLaunch,
-    block_indices,
-    compute_type,
-    load_as,
-    store_as,
-    strided_offsets3,
-)
-from infini.ops.native.cuda.runtime import Kernel, require_device
+from infini.ops.native.cuda.elementwise import BinaryElementwise
 
 
 @triton.jit
-def swiglu_kernel(
-    out,
-    input,
-    gate,
-    geometry,
-    numel,
-    NDIM: tl.constexpr,
-    BLOCK: tl.constexpr,
-    COMPUTE: tl.constexpr,
-):
-    index = block_indices(BLOCK)
-    mask = index < numel
-    if NDIM == 0:
-        out_offset = index
-        input_offset = index
-        gate_offset = index
-    else:
-        out_offset, input_offset, gate_offset = strided_offsets3(index, geometry, NDIM)
-    x = load_as(input + input_offset, mask, COMPUTE)
-    g = load_as(gate + gate_offset, mask, COMPUTE)
-    store_as(out + out_offset, x * (g / (1.0 + tl.exp(-g))), mask)
+def swiglu(x, gate, unused_scalar):
+    return x * (gate / (1.0 + tl.exp(-gate)))
 
 
-KERNEL = Kernel(swiglu_kernel)
-
-
-@implementation(
-    operator="swiglu",
-    devices="cuda_like",
-    slot=0,
-)
+@implementation(operator="swiglu", devices="cuda_like", slot=0)
 class CudaSwiglu(Swiglu):
     def __init__(self, args) -> None:
         super().__init__(args)
-        require_device(self.name, self.device)
-        self._launch = ElementwiseLaunch(
-            KERNEL,
-            self.device,
-            args.out,
-            (args.input, args.gate),
-            constexprs={"COMPUTE": compute_type(args.out.dtype)},
-        )
-
-    def launch(self, stream, input, gate, out) -> None:
-        self._launch(stream, out, input, gate)
+        self.launch = BinaryElementwise(self, args.out, args.input, args.gate, swiglu)

@@ -16,21 +16,18 @@ import triton.language as tl
 
 from infini.ops.base.topk_softmax import TopkSoftmax
 from infini.ops.core.registry import implementation
-from infini.ops.native.cuda.elementwise import (
-    OverlapGuard,
-    load_as,
-    next_power_of_two,
-    staging_like,
-    store_as,
-)
-from infini.ops.native.cuda.runtime import (
+from infini.ops.core.streams import stream_context
+from infini.ops.native.cuda.elementwise import load_as, store_as
+from infini.ops.native.cuda.special import exp
+from infini.ops.runtime.triton import (
     INTERPRETER,
     Kernel,
+    OverlapGuard,
     Pointer,
+    next_power_of_two,
     require_device,
-    stream_context,
+    staging_like,
 )
-from infini.ops.native.cuda.special import exp
 
 # Elements (tokens x experts) a program covers: several tokens share one
 # when experts are few. The interpreter runs a program as NumPy steps.

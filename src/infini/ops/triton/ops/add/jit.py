@@ -13,8 +13,8 @@ import triton.language as tl
 
 from infini.ops.base.add import Add
 from infini.ops.core.registry import implementation
-from infini.ops.native.cuda.elementwise import OverlapGuard, staging_like
-from infini.ops.native.cuda.runtime import stream_context
+from infini.ops.core.streams import stream_context
+from infini.ops.runtime.triton import OverlapGuard, staging_like
 from infini.ops.triton.jit.operator import TritonJitOperator
 
 

@@ -14,12 +14,13 @@ import triton.language as tl
 
 from infini.ops.base.rms_norm import RmsNorm
 from infini.ops.core.registry import implementation
-from infini.ops.native.cuda.elementwise import (
+from infini.ops.core.streams import stream_context
+from infini.ops.runtime.triton import (
+    INTERPRETER,
     OverlapGuard,
     next_power_of_two,
     staging_like,
 )
-from infini.ops.native.cuda.runtime import INTERPRETER, stream_context
 from infini.ops.triton.jit.operator import TritonJitOperator, leading_rows
 
 

@@ -1,5 +1,8 @@
 """Binding and launching Triton kernels on CUDA-like devices.
 
+Shared by every backend whose kernels are written in Triton (the CUDA-like
+native kernels under `native/cuda`, the Triton JIT backend under `triton`).
+
 `Kernel(fn)` wraps a `@triton.jit` function whose runtime parameters come
 first and whose `tl.constexpr` parameters come last. An operator binds it
 once per geometry, when it is built::
@@ -29,18 +32,22 @@ on the device, decided once in `bind`:
 
 A `stream` of 0 means the legacy default stream (contract 1.7); a non-zero
 `stream` is the raw handle the work is queued on. Torch work a launch needs
-(staging copies) runs under `stream_context`, which wraps the handle as
-torch's external stream.
+(staging copies) runs under `infini.ops.core.streams.stream_context`, which
+wraps the handle as torch's external stream.
+
+Triton itself is imported when a kernel is first compiled or launched, so
+that a missing `triton` is reported with the fix (`triton_module`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 from functools import cache
 
 from infini.ops.core.devices import TORCH_DEVICE_TYPE_OF_PLATFORM, TRITON_INTERPRETER
 from infini.ops.core.errors import OperatorError
+from infini.ops.core.geometry import AliasGuard
+from infini.ops.core.streams import stream_context
 from infini.ops.core.tensor import TensorMeta
 
 INTERPRETER = TRITON_INTERPRETER
@@ -72,7 +79,7 @@ class Pointer:
         self.dtype = dtype
 
 
-def triton():
+def triton_module():
     """The `triton` module, or a clear error when it is not installed."""
     try:
         import triton as module
@@ -119,16 +126,6 @@ def require_device(operator: str, device) -> None:
             f"the tensors are on {device}, but only {count} {device.platform} "
             "device(s) are available.",
         )
-
-
-def stream_context(device, stream: int):
-    """A context running torch work on the caller's raw `stream` (none for 0)."""
-    if not stream or INTERPRETER:
-        return contextlib.nullcontext()
-    import torch
-
-    module = getattr(torch, TORCH_DEVICE_TYPE_OF_PLATFORM[device.platform])
-    return module.stream(module.ExternalStream(stream, device=torch_device(device)))
 
 
 def _is_constexpr(parameter: inspect.Parameter) -> bool:
@@ -245,12 +242,12 @@ def _torch_device_guard(device):
 def compile_for_device(fn, arguments, constexprs, options, aligned, device):
     """Compiles for the GPU behind `device` (NVIDIA only); returns Triton's
     `CompiledKernel` with its module loaded on that device."""
-    triton_module = triton()
+    triton = triton_module()
     from triton.runtime import driver
 
     with _torch_device_guard(device):
         target = driver.active.get_current_target()
-        compiled = triton_module.compile(
+        compiled = triton.compile(
             ast_source(fn, arguments, constexprs, aligned),
             target=target,
             options=options,
@@ -396,3 +393,37 @@ class Launch:
 
 def _nothing(stream, tensors) -> None:
     return None
+
+
+# -- planning helpers every Triton launch uses -----------------------------------
+
+
+def next_power_of_two(value: int) -> int:
+    """The smallest power of two at least `value` (1 for `value` <= 1), the
+    shape `tl.arange` needs."""
+    return 1 << max(int(value) - 1, 0).bit_length()
+
+
+class OverlapGuard:
+    """Whether an output overlaps an input other than element for element
+    (the same address, strides and dtype), which needs a staging buffer."""
+
+    def __init__(self, out, inputs) -> None:
+        self.guard = AliasGuard(
+            out, tuple(out.strides), [(meta, tuple(meta.strides)) for meta in inputs]
+        )
+
+    def __call__(self, out, inputs) -> bool:
+        return self.guard.needs_staging(
+            out.data_ptr(), [tensor.data_ptr() for tensor in inputs]
+        )
+
+
+def staging_like(out):
+    """An uninitialised tensor with `out`'s shape, strides, dtype and device,
+    which a kernel writes before the result is copied into `out`."""
+    import torch
+
+    return torch.empty_strided(
+        tuple(out.shape), out.stride(), dtype=out.dtype, device=out.device
+    )
