@@ -7,7 +7,7 @@ and merging mergeable ones) the index is the offset of every operand
 (``NDIM == 0``, the fast path). Otherwise the kernel reads a small int64
 *geometry* table on the device, ``[sizes..., strides of operand 0...,
 strides of operand 1..., ...]`` over the coalesced dimensions, and turns the
-index into one offset per operand (`strided_offsets2`/`strided_offsets3`).
+index into one offset per operand (`element_offsets2`/`element_offsets3`).
 Broadcast inputs have stride 0 in the table.
 
 An operator whose result is one function of its operands, element for
@@ -62,39 +62,52 @@ def block_indices(BLOCK: tl.constexpr):
 
 
 @triton.jit
-def strided_offsets2(index, geometry, NDIM: tl.constexpr):
-    first = tl.zeros_like(index)
-    second = tl.zeros_like(index)
-    remaining = index
-    for step in tl.static_range(NDIM):
-        dim = NDIM - 1 - step
-        size = tl.load(geometry + dim)
-        coordinate = remaining % size
-        remaining = remaining // size
-        first += coordinate * tl.load(geometry + NDIM + dim)
-        second += coordinate * tl.load(geometry + 2 * NDIM + dim)
+def element_offsets2(index, geometry, NDIM: tl.constexpr):
+    """The offsets of linear index `index` in `out` and one input: `index`
+    itself on the fast path (``NDIM == 0``), otherwise from the geometry
+    table."""
+    if NDIM == 0:
+        first = index
+        second = index
+    else:
+        first = tl.zeros_like(index)
+        second = tl.zeros_like(index)
+        remaining = index
+        for step in tl.static_range(NDIM):
+            dim = NDIM - 1 - step
+            size = tl.load(geometry + dim)
+            coordinate = remaining % size
+            remaining = remaining // size
+            first += coordinate * tl.load(geometry + NDIM + dim)
+            second += coordinate * tl.load(geometry + 2 * NDIM + dim)
     return first, second
 
 
 @triton.jit
-def strided_offsets3(index, geometry, NDIM: tl.constexpr):
-    first = tl.zeros_like(index)
-    second = tl.zeros_like(index)
-    third = tl.zeros_like(index)
-    remaining = index
-    for step in tl.static_range(NDIM):
-        dim = NDIM - 1 - step
-        size = tl.load(geometry + dim)
-        coordinate = remaining % size
-        remaining = remaining // size
-        first += coordinate * tl.load(geometry + NDIM + dim)
-        second += coordinate * tl.load(geometry + 2 * NDIM + dim)
-        third += coordinate * tl.load(geometry + 3 * NDIM + dim)
+def element_offsets3(index, geometry, NDIM: tl.constexpr):
+    """`element_offsets2` for `out` and two inputs."""
+    if NDIM == 0:
+        first = index
+        second = index
+        third = index
+    else:
+        first = tl.zeros_like(index)
+        second = tl.zeros_like(index)
+        third = tl.zeros_like(index)
+        remaining = index
+        for step in tl.static_range(NDIM):
+            dim = NDIM - 1 - step
+            size = tl.load(geometry + dim)
+            coordinate = remaining % size
+            remaining = remaining // size
+            first += coordinate * tl.load(geometry + NDIM + dim)
+            second += coordinate * tl.load(geometry + 2 * NDIM + dim)
+            third += coordinate * tl.load(geometry + 3 * NDIM + dim)
     return first, second, third
 
 
 def geometry_table(shape, operand_strides, device):
-    """The int64 device tensor `strided_offsets*` read."""
+    """The int64 device tensor `element_offsets*` read."""
     import torch
 
     values = list(shape)
@@ -283,11 +296,7 @@ def unary_kernel(
 ):
     index = block_indices(BLOCK)
     mask = index < numel
-    if NDIM == 0:
-        out_offset = index
-        input_offset = index
-    else:
-        out_offset, input_offset = strided_offsets2(index, geometry, NDIM)
+    out_offset, input_offset = element_offsets2(index, geometry, NDIM)
     if COMPUTE is None:
         # The values as stored, bit for bit, and a result of the same type.
         x = tl.load(input + input_offset, mask=mask)
@@ -313,12 +322,7 @@ def binary_kernel(
 ):
     index = block_indices(BLOCK)
     mask = index < numel
-    if NDIM == 0:
-        out_offset = index
-        input_offset = index
-        other_offset = index
-    else:
-        out_offset, input_offset, other_offset = strided_offsets3(index, geometry, NDIM)
+    out_offset, input_offset, other_offset = element_offsets3(index, geometry, NDIM)
     x = load_as(input + input_offset, mask, COMPUTE)
     y = load_as(other + other_offset, mask, COMPUTE)
     if SCALAR is None:
@@ -342,11 +346,7 @@ def gated_kernel(
 ):
     index = block_indices(BLOCK)
     mask = index < numel
-    if NDIM == 0:
-        out_offset = index
-        input_offset = index
-    else:
-        out_offset, input_offset = strided_offsets2(index, geometry, NDIM)
+    out_offset, input_offset = element_offsets2(index, geometry, NDIM)
     x = load_as(input + input_offset, mask, COMPUTE)
     y = load_as(input + input_offset + second, mask, COMPUTE)
     store_as(out + out_offset, FUNCTION(x, y), mask)

@@ -18,9 +18,9 @@ from infini.ops.core.registry import implementation
 from infini.ops.native.cuda.elementwise import (
     ElementwiseLaunch,
     block_indices,
+    element_offsets2,
     from_bfloat16,
     store_as,
-    strided_offsets2,
 )
 from infini.ops.runtime.triton import Kernel, require_device
 
@@ -51,11 +51,7 @@ def cast_kernel(
 ):
     index = block_indices(BLOCK)
     mask = index < numel
-    if NDIM == 0:
-        out_offset = index
-        input_offset = index
-    else:
-        out_offset, input_offset = strided_offsets2(index, geometry, NDIM)
+    out_offset, input_offset = element_offsets2(index, geometry, NDIM)
     x = tl.load(input + input_offset, mask=mask)
     if x.dtype == tl.bfloat16:
         x = from_bfloat16(x)
@@ -77,6 +73,16 @@ def cast_kernel(
 KERNEL = Kernel(cast_kernel)
 
 
+def cast_constexprs(source: str, destination: str) -> dict:
+    """The constexprs of `cast_kernel` for a conversion from `source` to
+    `destination` (shared with `copy` and `fill`, which convert through it)."""
+    route = 0
+    if source in FLOAT_DTYPES:
+        route = _FLOAT_TO_INTEGER_ROUTE.get(destination, 0)
+    through_float32 = destination in ("float16", "bfloat16") and source != destination
+    return {"ROUTE": route, "THROUGH_FLOAT32": through_float32}
+
+
 @implementation(
     operator="cast",
     devices="cuda_like",
@@ -86,19 +92,12 @@ class CudaCast(Cast):
     def __init__(self, args) -> None:
         super().__init__(args)
         require_device(self.name, self.device)
-        source, destination = args.input.dtype, args.out.dtype
-        route = 0
-        if source in FLOAT_DTYPES:
-            route = _FLOAT_TO_INTEGER_ROUTE.get(destination, 0)
-        through_float32 = (
-            destination in ("float16", "bfloat16") and source != destination
-        )
         self._launch = ElementwiseLaunch(
             KERNEL,
             self.device,
             args.out,
             (args.input,),
-            constexprs={"ROUTE": route, "THROUGH_FLOAT32": through_float32},
+            constexprs=cast_constexprs(args.input.dtype, args.out.dtype),
         )
 
     def launch(self, stream, input, out) -> None:

@@ -11,16 +11,15 @@ import triton
 import triton.language as tl
 
 from infini.ops.base.copy import Copy
-from infini.ops.core.dtypes import FLOAT_DTYPES
 from infini.ops.core.registry import implementation
 from infini.ops.native.cuda.elementwise import (
     ElementwiseLaunch,
     bits_pointer,
     block_indices,
-    strided_offsets2,
+    element_offsets2,
 )
-from infini.ops.native.cuda.ops.cast import _FLOAT_TO_INTEGER_ROUTE
 from infini.ops.native.cuda.ops.cast import KERNEL as CAST_KERNEL
+from infini.ops.native.cuda.ops.cast import cast_constexprs
 from infini.ops.runtime.triton import Kernel, require_device
 
 
@@ -35,25 +34,12 @@ def copy_kernel(
 ):
     index = block_indices(BLOCK)
     mask = index < numel
-    if NDIM == 0:
-        out_offset = index
-        src_offset = index
-    else:
-        out_offset, src_offset = strided_offsets2(index, geometry, NDIM)
+    out_offset, src_offset = element_offsets2(index, geometry, NDIM)
     value = tl.load(bits_pointer(src) + src_offset, mask=mask)
     tl.store(bits_pointer(out) + out_offset, value, mask=mask)
 
 
 KERNEL = Kernel(copy_kernel)
-
-
-def cast_constexprs(source: str, destination: str) -> dict:
-    """The constexprs of `cast`'s kernel for a conversion (as `cast` plans)."""
-    route = 0
-    if source in FLOAT_DTYPES:
-        route = _FLOAT_TO_INTEGER_ROUTE.get(destination, 0)
-    through_float32 = destination in ("float16", "bfloat16") and source != destination
-    return {"ROUTE": route, "THROUGH_FLOAT32": through_float32}
 
 
 @implementation(

@@ -20,10 +20,10 @@ from infini.ops.native.cuda.elementwise import (
     ElementwiseLaunch,
     bits_pointer,
     block_indices,
-    strided_offsets2,
+    element_offsets2,
 )
 from infini.ops.native.cuda.ops.cast import KERNEL as CAST_KERNEL
-from infini.ops.native.cuda.ops.copy import cast_constexprs
+from infini.ops.native.cuda.ops.cast import cast_constexprs
 from infini.ops.runtime.triton import Kernel, require_device, torch_device
 
 
@@ -38,10 +38,7 @@ def fill_kernel(
 ):
     index = block_indices(BLOCK)
     mask = index < numel
-    if NDIM == 0:
-        out_offset = index
-    else:
-        out_offset, unused = strided_offsets2(index, geometry, NDIM)
+    out_offset, unused = element_offsets2(index, geometry, NDIM)
     bits = tl.load(bits_pointer(value))
     tl.store(
         bits_pointer(out) + out_offset, tl.full([BLOCK], bits, bits.dtype), mask=mask
