@@ -37,6 +37,7 @@ from infini.ops.core.schema import (  # noqa: E402
     GENERATED_ATEN_SLOT,
     MANIFEST_FORMAT_VERSION,
     MAX_IMPLEMENTATIONS,
+    TORCH_METADATA_FORMAT_VERSION,
     TORCH_METADATA_NAME,
     class_name_of,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "PLATFORMS",
     "PLATFORM_SETS",
     "SOURCE_ROOT",
+    "TORCH_METADATA_FORMAT_VERSION",
     "TORCH_METADATA_NAME",
     "Base",
     "BuildConfiguration",

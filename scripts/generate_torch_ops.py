@@ -41,6 +41,7 @@ from aten_names import (
     trace_name_of,
 )
 from build_model import (
+    TORCH_METADATA_FORMAT_VERSION,
     TORCH_METADATA_NAME,
     Base,
     BuildConfiguration,
@@ -65,8 +66,6 @@ __all__ = [
     "trace_name_of",
     "write_metadata",
 ]
-
-FORMAT_VERSION = 1
 
 HIDDEN_TYPES = ("Generator", "Layout", "Device", "MemoryFormat")
 
@@ -437,7 +436,7 @@ class Result:
 
     def metadata(self, torch_version: str) -> dict[str, Any]:
         return {
-            "format_version": FORMAT_VERSION,
+            "format_version": TORCH_METADATA_FORMAT_VERSION,
             "torch_version": torch_version,
             "ops": [entry.metadata() for entry in self.entries],
             "operators": self.operators,

@@ -50,6 +50,12 @@ def __getattr__(name: str):
     # so neither builds the surface.
     if (name.startswith("_") and name not in _SURFACE_NAMES) or _is_submodule(name):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name == "__version__":
+        # The version needs the manifest only, not the operators.
+        from .core.manifest import load_manifest
+
+        version = globals()["__version__"] = load_manifest().get("package_version", "0")
+        return version
     if not _surface_built:
         _build_public_surface()
         if name in globals():

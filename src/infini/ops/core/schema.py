@@ -22,6 +22,7 @@ GENERATED_ATEN_CLASS_PREFIX = "Aten"
 # The ATen metadata file: beside `infini/ops/__init__.py` when installed,
 # beside the manifest a source checkout points `INFINI_OPS_MANIFEST` at.
 TORCH_METADATA_NAME = "torch_ops_metadata.json"
+TORCH_METADATA_FORMAT_VERSION = 1
 
 # The build manifest, in `infini/ops/_generated/`, and the version of its
 # format.
