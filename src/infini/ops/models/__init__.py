@@ -1,0 +1,35 @@
+"""Models built from `infini.ops` operators.
+
+`infini.ops.models` runs Llama-architecture language models read from GGUF
+files: `load_gguf` dequantises the weights, `LlamaModel` holds them with a
+paged KV cache and runs the forward pass as operator calls, `Scheduler`
+batches many sequences continuously and `Sampler` picks tokens. See
+`examples/generate.py`.
+"""
+
+from .gguf_loader import (
+    LayerWeights,
+    LlamaCheckpoint,
+    LlamaConfig,
+    load_gguf,
+    load_tokenizer,
+    smollm2_path,
+)
+from .kv_cache import PagedKVCache
+from .llama import LlamaModel
+from .sampling import Sampler
+from .scheduler import Scheduler, Sequence
+
+__all__ = [
+    "LayerWeights",
+    "LlamaCheckpoint",
+    "LlamaConfig",
+    "LlamaModel",
+    "PagedKVCache",
+    "Sampler",
+    "Scheduler",
+    "Sequence",
+    "load_gguf",
+    "load_tokenizer",
+    "smollm2_path",
+]
