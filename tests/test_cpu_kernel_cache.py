@@ -90,7 +90,7 @@ def test_an_uncachable_kernel_warns_instead_of_failing():
 
     from numba.core.errors import NumbaWarning
 
-    from infini.ops.native.cpu.elementwise import fill_kernels
+    from infini.ops.native.cpu.fill import fill_kernels
 
     dispatcher = fill_kernels("uint32")[0]
     compiled = SimpleNamespace(

@@ -11,6 +11,8 @@ import infini.ops
 
 memory = pytest.importorskip("infini.ops.native.cpu.memory")
 elementwise = pytest.importorskip("infini.ops.native.cpu.elementwise")
+conversions = pytest.importorskip("infini.ops.native.cpu.conversions")
+layout = pytest.importorskip("infini.ops.native.cpu.layout")
 
 # Large enough for several parallel chunks, with a partial last one.
 SHAPE = (67, 1031)
@@ -84,7 +86,7 @@ def test_streaming_kernels_are_picked_only_where_they_may_be():
     half = _meta(torch.empty(SHAPE, dtype=torch.float16))
     regular, streaming = elementwise.flat_binary_kernels(_add, "float32")[1:]
     half_regular = elementwise.flat_binary_kernels(_add, "float16")[1]
-    copy = elementwise.copy_kernels(4)
+    copy = conversions.copy_kernels(4)
     with memory.streaming_outputs():
         binary = elementwise.BinaryElementwise
         assert binary(_add, big, big, big, 1.0, True).kernel is streaming
@@ -100,12 +102,12 @@ def test_streaming_kernels_are_picked_only_where_they_may_be():
 def test_only_native_outputs_of_large_operations_stream():
     threshold = memory.streaming_threshold()
     assert threshold > 0
-    assert elementwise.streams("float32", threshold + 1)
+    assert layout.streams("float32", threshold + 1)
     # A copy of exactly twice the cache may still be read back from it.
-    assert not elementwise.streams("float32", threshold)
+    assert not layout.streams("float32", threshold)
     # 16-bit floats and bool are rounded or normalised by their storers.
-    assert not elementwise.streams("float16", threshold + 1)
-    assert not elementwise.streams("bool", threshold + 1)
+    assert not layout.streams("float16", threshold + 1)
+    assert not layout.streams("bool", threshold + 1)
     with memory.streaming_outputs():
-        assert elementwise.streams("int64", 1)
+        assert layout.streams("int64", 1)
     assert memory.streaming_threshold() == threshold

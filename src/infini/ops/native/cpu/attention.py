@@ -24,7 +24,7 @@ from functools import cache
 import numpy as np
 from numba import prange
 
-from .elementwise import loader, storer
+from .dtype_io import loader, storer
 from .jit import helper, kernel
 from .memory import STORAGE, element_array
 from .numeric import bits_float32
@@ -67,20 +67,6 @@ def exp_float32(value):
     p = p * r + np.float32(6.9315308e-1)
     p = p * r + np.float32(9.9999994e-1)
     return p * bits_float32(np.uint32(np.int32(k) + 127) << np.uint32(23))
-
-
-@helper
-def dot4(query, key0, key1, key2, key3, features):
-    """Four dot products of `query`: one load of the query feeds four
-    independent vector accumulators."""
-    total0 = total1 = total2 = total3 = np.float32(0)
-    for d in range(features):
-        q = query[d]
-        total0 += q * key0[d]
-        total1 += q * key1[d]
-        total2 += q * key2[d]
-        total3 += q * key3[d]
-    return total0, total1, total2, total3
 
 
 @helper
@@ -739,7 +725,7 @@ class PagedAttentionLaunch:
     TASK_ROWS = 32
 
     def plan(self, args, prefill: bool) -> None:
-        from .memory import span
+        from infini.ops.core.geometry import span
 
         q, k_cache, v_cache = args.q, args.k_cache, args.v_cache
         tables, lengths, out = args.block_tables, args.seq_lens, args.out

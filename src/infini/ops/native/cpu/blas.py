@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .memory import span
+from infini.ops.core.geometry import span
 
 # The NumPy type a tensor's memory is viewed as: bfloat16 has no NumPy type
 # and is viewed as its `uint16` bit pattern.

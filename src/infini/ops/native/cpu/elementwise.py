@@ -1,11 +1,13 @@
-"""Shared machinery of elementwise kernels: broadcasting, dimension
-coalescing, row plans, and per-dtype load/store helpers.
+"""The unary and binary elementwise kernels and their launches.
 
-An elementwise operator over tensors of one output shape is planned once (when
-the operator is built) into `rows` x `inner` elements: the innermost
-coalesced dimension is walked with a constant stride per operand, and each row
-starts at a precomputed offset per operand. Contiguous operands collapse to a
-single row.
+`unary_kernels` computes ``out = transform(input)`` and `binary_kernels` /
+`flat_binary_kernels` compute ``out = combine(a, b, scalar)`` over an
+`ElementwisePlan` (`layout.py`); `transform` and `combine` are module-level
+`@helper` functions (`activations.py`, the operators' files). A launch
+(`UnaryLaunch`, `UnaryElementwise`, `BinaryElementwise`) is planned once per
+geometry when an operator is built and picks the kernel for the layout: flat
+when every operand is contiguous alike, tiled for transposed inputs, strided
+otherwise, each serial or parallel by size.
 """
 
 from __future__ import annotations
@@ -14,244 +16,15 @@ from functools import cache
 
 import numpy as np
 
-from infini.ops.core.geometry import (  # noqa: F401 (re-used by the CPU kernels)
-    AliasGuard,
-    broadcast_shape,
-    broadcast_strides,
-    coalesce,
-)
+from infini.ops.core.geometry import broadcast_strides
 
-from .jit import helper
-from .memory import STORAGE, span, streaming_threshold
-from .numeric import (
-    bfloat16_bits_to_float32,
-    float16_bits_to_float32,
-    float32_to_bfloat16_bits,
-    float32_to_float16_bits,
-    float64_to_bfloat16_bits,
-    float64_to_float16_bits,
-)
-from .precompile import STREAMED_SHAPE, run_streamed
-
-# The type arithmetic runs in: float32 for 16-bit floats (upcast first, as the
-# contract's references do), the dtype itself otherwise.
-COMPUTE = {
-    "int8": np.int8,
-    "int16": np.int16,
-    "int32": np.int32,
-    "int64": np.int64,
-    "uint8": np.uint8,
-    "uint16": np.uint16,
-    "uint32": np.uint32,
-    "uint64": np.uint64,
-    "float16": np.float32,
-    "bfloat16": np.float32,
-    "float32": np.float32,
-    "float64": np.float64,
-    "bool": np.uint8,
-}
-
-
-@helper
-def load_float16(array, index):
-    return float16_bits_to_float32(array[index])
-
-
-@helper
-def load_bfloat16(array, index):
-    return bfloat16_bits_to_float32(array[index])
-
-
-@helper
-def load_native(array, index):
-    return array[index]
-
-
-@helper
-def store_float16(array, index, value):
-    array[index] = float32_to_float16_bits(np.float32(value))
-
-
-@helper
-def store_float16_from_float64(array, index, value):
-    array[index] = float64_to_float16_bits(np.float64(value))
-
-
-@helper
-def store_bfloat16(array, index, value):
-    array[index] = float32_to_bfloat16_bits(np.float32(value))
-
-
-@helper
-def store_bfloat16_from_float64(array, index, value):
-    array[index] = float64_to_bfloat16_bits(np.float64(value))
-
-
-@helper
-def store_bool(array, index, value):
-    array[index] = 1 if value != 0 else 0
-
-
-@helper
-def store_native(array, index, value):
-    # Assigning converts to the array's type (C semantics, as torch casts).
-    array[index] = value
-
-
-def loader(dtype: str):
-    """`load(array, index)`: element `index` of a `STORAGE[dtype]` array,
-    16-bit floats widened to float32."""
-    return {"float16": load_float16, "bfloat16": load_bfloat16}.get(dtype, load_native)
-
-
-def storer(dtype: str, source: str = "float32"):
-    """`store(array, index, value)`: writes `value` into a `STORAGE[dtype]`
-    array; 16-bit floats round to nearest even (from float64 directly when
-    `source` is float64, avoiding a double rounding)."""
-    wide = source == "float64"
-    if dtype == "float16":
-        return store_float16_from_float64 if wide else store_float16
-    if dtype == "bfloat16":
-        return store_bfloat16_from_float64 if wide else store_bfloat16
-    if dtype == "bool":
-        return store_bool
-    return store_native
-
-
-class RowPlan:
-    """Rows x inner iteration over tensors sharing one (broadcast) shape.
-
-    Dimensions are first ordered by the first operand's strides (largest
-    outermost), so that the inner loop walks the output with its smallest
-    stride whatever the layout (a column-major output is written along its
-    columns); then size-1 dimensions are dropped and contiguous ones merged.
-    """
-
-    def __init__(self, shape, operand_strides) -> None:
-        shape, operand_strides = _order_by_first(tuple(shape), operand_strides)
-        shape, operand_strides = coalesce(shape, operand_strides)
-        self.numel = int(np.prod(shape, dtype=np.int64)) if shape else 1
-        if any(size == 0 for size in shape):
-            self.numel = 0
-        if not shape:
-            shape, operand_strides = (1,), [(1,) for _ in operand_strides]
-        self.inner = shape[-1]
-        self.inner_strides = tuple(strides[-1] for strides in operand_strides)
-        outer_shape = shape[:-1]
-        self.rows = int(np.prod(outer_shape, dtype=np.int64)) if outer_shape else 1
-        # Row start offsets: one int64 array per operand.
-        offsets = []
-        for strides in operand_strides:
-            row_offsets = np.zeros(1, dtype=np.int64)
-            for size, stride in zip(outer_shape, strides[:-1], strict=False):
-                row_offsets = (
-                    row_offsets[:, None] + np.arange(size, dtype=np.int64) * stride
-                ).reshape(-1)
-            offsets.append(row_offsets)
-        self.row_offsets = np.stack(offsets) if offsets else np.zeros((0, 1), np.int64)
-        order = None
-        if self.rows * self.inner >= ROW_TILE_MIN_ELEMENTS:
-            order = _tiled_row_order(outer_shape, operand_strides, self.inner_strides)
-        if order is not None:
-            self.row_offsets = self.row_offsets[:, order]
-        self.spans = tuple(span(shape, strides) for strides in operand_strides)
-
-
-# Elements of the read-side block a tiled row order keeps in cache.
-ROW_TILE_ELEMENTS = 16384
-# Tensors below this many elements sit in the L2 cache whatever the order
-# (and measured a little slower tiled).
-ROW_TILE_MIN_ELEMENTS = 1 << 20
-
-
-def _tiled_row_order(outer_shape, operand_strides, inner_strides):
-    """A row order that visits the two innermost outer dimensions in tiles,
-    or `None` to keep row-major order.
-
-    Rows are ordered by the output's strides, so when another operand has
-    those two dimensions the other way round (a ``(tokens, heads, head)``
-    tensor copied into a heads-major one), walking rows in order reads that
-    operand one row per page. Tiles of `tile` rows along the inner outer
-    dimension keep the rows it reads in cache until the neighbouring rows
-    (the next heads) use them, while the output still gets runs of `tile`
-    consecutive rows. Only for rows contiguous in every operand: strided
-    rows go to the tiled kernels instead.
-    """
-    if len(outer_shape) < 2 or any(step != 1 for step in inner_strides):
-        return None
-    slow, fast = outer_shape[-2], outer_shape[-1]
-    swapped = [
-        abs(strides[-2])
-        for strides in operand_strides[1:]
-        if abs(strides[-3]) < abs(strides[-2])
-    ]
-    if not swapped:
-        return None
-    tile = max(1, ROW_TILE_ELEMENTS // max(swapped))
-    if tile >= fast:
-        return None
-    grid = np.arange(int(np.prod(outer_shape)), dtype=np.int64).reshape(-1, slow, fast)
-    prefix = grid.shape[0]
-    parts = [
-        grid[:, :, start : start + tile].reshape(prefix, -1)
-        for start in range(0, fast, tile)
-    ]
-    return np.concatenate(parts, axis=1).reshape(-1)
-
-
-def _order_by_first(shape, operand_strides):
-    """`shape` and the strides permuted so that the first operand's strides
-    decrease (stable: ties keep their order, so row-major stays as is)."""
-    if not operand_strides or len(shape) < 2:
-        return shape, [tuple(s) for s in operand_strides]
-    first = operand_strides[0]
-    order = sorted(range(len(shape)), key=lambda i: -first[i])
-    if order == list(range(len(shape))):
-        return shape, [tuple(s) for s in operand_strides]
-    return (
-        tuple(shape[i] for i in order),
-        [tuple(strides[i] for i in order) for strides in operand_strides],
-    )
-
-
-# Output dtypes a streaming kernel may write: stored as they are computed
-# (16-bit floats and `bool` are rounded or normalised by their storers).
-STREAMABLE_DTYPES = frozenset(
-    ("float32", "float64", "int32", "int64", "uint32", "uint64")
-)
-
-
-def streams(dtype: str, nbytes: int) -> bool:
-    """Whether an output of `dtype` in an operation moving `nbytes` bytes
-    is written with streaming stores (it would not stay in the cache)."""
-    return dtype in STREAMABLE_DTYPES and nbytes > streaming_threshold()
-
-
-# Elements per parallel chunk, and the size below which kernels run serially
-# (waking the thread pool costs more than it saves on small tensors).
-CHUNK = 16384
-PARALLEL_THRESHOLD = 65536
-
-
-def chunking(plan: RowPlan) -> tuple[int, int]:
-    """`(chunk_size, chunk_count)` for a plan: one chunk when small."""
-    total = plan.rows * plan.inner
-    if total < PARALLEL_THRESHOLD:
-        return max(total, 1), 1
-    return CHUNK, -(-total // CHUNK)
+from .dtype_io import COMPUTE, loader, storer
+from .layout import ElementwisePlan, chunking, staging_like, streams
+from .memory import STORAGE
 
 
 def _launch_nothing(*arguments) -> None:
     """The launch of an empty plan."""
-
-
-def staging_like(out):
-    """An uninitialised tensor with the layout of `out` (for staged writes)."""
-    import torch
-
-    return torch.empty_strided(
-        out.shape, out.stride(), dtype=out.dtype, device=out.device
-    )
 
 
 # Kernels. Every factory returns Numba dispatchers (compiled on first call,
@@ -259,106 +32,6 @@ def staging_like(out):
 # index from zero over slices where the data is contiguous, which lets LLVM
 # vectorise them; strided loops index with unsigned integers, which spares
 # Numba's negative-index wraparound test on every element.
-
-
-@cache
-def binary_kernels(combine, a_dtype: str, b_dtype: str, out_dtype: str, compute: str):
-    """Serial and parallel kernels computing
-    `out = combine(a, b, scalar)` elementwise over a `RowPlan` of three
-    operands (out, a, b)."""
-    from numba import prange
-
-    from .jit import kernel
-    from .memory import element_array
-
-    load_a, load_b = loader(a_dtype), loader(b_dtype)
-    store = storer(out_dtype, compute)
-    a_storage, b_storage, out_storage = (
-        STORAGE[a_dtype],
-        STORAGE[b_dtype],
-        STORAGE[out_dtype],
-    )
-    compute_type = COMPUTE[compute] if compute in COMPUTE else getattr(np, compute)
-
-    def run(
-        out_address,
-        a_address,
-        b_address,
-        out_span,
-        a_span,
-        b_span,
-        inner,
-        offsets,
-        out_step,
-        a_step,
-        b_step,
-        chunk_size,
-        chunks,
-        total,
-        scalar,
-    ):
-        o = element_array(out_address, out_span, out_storage)
-        a = element_array(a_address, a_span, a_storage)
-        b = element_array(b_address, b_span, b_storage)
-        value = compute_type(scalar)
-        contiguous = out_step == 1 and a_step == 1 and b_step == 1
-        for chunk in prange(chunks):
-            start = chunk * chunk_size
-            stop = min(start + chunk_size, total)
-            row = start // inner
-            first = start - row * inner
-            while start < stop:
-                count = min(inner - first, stop - start)
-                out_base = offsets[0, row] + first * out_step
-                a_base = offsets[1, row] + first * a_step
-                b_base = offsets[2, row] + first * b_step
-                if contiguous:
-                    oc = o[out_base : out_base + count]
-                    ac = a[a_base : a_base + count]
-                    bc = b[b_base : b_base + count]
-                    for i in range(count):
-                        store(
-                            oc,
-                            i,
-                            combine(
-                                compute_type(load_a(ac, i)),
-                                compute_type(load_b(bc, i)),
-                                value,
-                            ),
-                        )
-                else:
-                    ob, ab, bb = (
-                        np.uint64(out_base),
-                        np.uint64(a_base),
-                        np.uint64(b_base),
-                    )
-                    os, as_, bs = (
-                        np.uint64(out_step),
-                        np.uint64(a_step),
-                        np.uint64(b_step),
-                    )
-                    for i in range(count):
-                        j = np.uint64(i)
-                        store(
-                            o,
-                            ob + j * os,
-                            combine(
-                                compute_type(load_a(a, ab + j * as_)),
-                                compute_type(load_b(b, bb + j * bs)),
-                                value,
-                            ),
-                        )
-                start += count
-                row += 1
-                first = 0
-
-    return kernel(run), kernel(run, parallel=True)
-
-
-@helper
-def identity(value):
-    return value
-
 
 # Tiles of the tiled unary kernels: rows x columns of the row plan. When the
 # input is walked with a large stride (a transposed source), the rows of a
@@ -372,15 +45,11 @@ TILE_COLUMNS = 8
 # Input strides (in elements) from which `UnaryLaunch` tiles a strided plan.
 TILED_MIN_STEP = 16
 
-# Unsigned storage types by element size: copies move bit patterns, so one
-# kernel per size serves every dtype (and keeps NaN payloads intact).
-BITS_DTYPE = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}
-
 
 @cache
 def unary_kernels(transform, in_dtype: str, out_dtype: str, compute: str):
     """Kernels computing `out = transform(input)` elementwise: `(serial,
-    parallel)` over a `RowPlan` of two operands (out, input), then `(serial,
+    parallel)` over a `ElementwisePlan` of two operands (out, input), then `(serial,
     parallel)` for two contiguous operands, then `(serial, parallel)` over
     the same plan in tiles (`UnaryLaunch` picks one).
 
@@ -511,68 +180,6 @@ def unary_kernels(transform, in_dtype: str, out_dtype: str, compute: str):
     )
 
 
-def copy_kernels(element_size: int):
-    """`unary_kernels` that copy elements of `element_size` bytes verbatim."""
-    bits = BITS_DTYPE[element_size]
-    return unary_kernels(identity, bits, bits, bits)
-
-
-# Float to integer conversions. C++ leaves out-of-range values (and NaN)
-# undefined; these follow what torch's CPU kernels do on x86-64, which is
-# also exact truncation toward zero for every value in range: narrow types go
-# through int32 (`cvttss2si`), `uint8` and `uint32` through int64 (torch
-# converts to `uint8` through `int64_t` on purpose, so -1.0 gives 255).
-
-
-@helper
-def float_to_int32(value):
-    return np.int32(value)
-
-
-@helper
-def float_to_int64(value):
-    return np.int64(value)
-
-
-@helper
-def float_to_uint64(value):
-    # Values below 2**63 (negative ones too) convert through int64 and wrap,
-    # as compilers lower this conversion on x86-64.
-    if value >= 9.223372036854775808e18:
-        return np.uint64(value)
-    return np.uint64(np.int64(value))
-
-
-FLOAT_TO_INTEGER = {
-    "int8": float_to_int32,
-    "int16": float_to_int32,
-    "int32": float_to_int32,
-    "int64": float_to_int64,
-    "uint8": float_to_int64,
-    "uint16": float_to_int32,
-    "uint32": float_to_int64,
-    "uint64": float_to_uint64,
-}
-_FLOAT_SOURCES = ("float16", "bfloat16", "float32", "float64")
-
-
-def conversion_kernels(source: str, destination: str):
-    """`unary_kernels` converting `source` elements to `destination` as
-    torch's CPU `Tensor.to` does (see `infini.ops.base.cast`); the same
-    dtype is a bit copy."""
-    if source == destination:
-        return copy_kernels(STORAGE[source]().itemsize)
-    transform = identity
-    compute = source
-    if source in _FLOAT_SOURCES and destination in FLOAT_TO_INTEGER:
-        transform = FLOAT_TO_INTEGER[destination]
-    elif source == "float64" and destination in ("float16", "bfloat16"):
-        # torch rounds float64 to float32 first (`Half`/`BFloat16` are built
-        # from a float); matching it bit for bit beats a single rounding here.
-        compute = "float32"
-    return unary_kernels(transform, source, destination, compute)
-
-
 class UnaryLaunch:
     """One planned `unary_kernels` pass over tensors of one shape: the row
     plan, the kernel (the flat one when both operands are contiguous alike),
@@ -581,7 +188,9 @@ class UnaryLaunch:
     def __init__(
         self, shape, out_strides, in_strides, kernels, streaming: bool = False
     ) -> None:
-        self.plan = plan = RowPlan(shape, [tuple(out_strides), tuple(in_strides)])
+        self.plan = plan = ElementwisePlan(
+            shape, [tuple(out_strides), tuple(in_strides)]
+        )
         self.numel = plan.numel
         self.chunk_size, self.chunks = chunking(plan)
         self.total = plan.rows * plan.inner
@@ -735,22 +344,46 @@ class UnaryElementwise:
 
 
 @cache
-def fill_kernels(bits: str):
-    """Kernels storing one `bits` pattern (an unsigned type of the element
-    size) into every element of a one-operand `RowPlan`: `(serial, parallel)`
-    strided, then `(serial, parallel)` contiguous."""
+def binary_kernels(combine, a_dtype: str, b_dtype: str, out_dtype: str, compute: str):
+    """Serial and parallel kernels computing
+    `out = combine(a, b, scalar)` elementwise over a `ElementwisePlan` of three
+    operands (out, a, b)."""
     from numba import prange
 
     from .jit import kernel
     from .memory import element_array
 
-    storage = STORAGE[bits]
+    load_a, load_b = loader(a_dtype), loader(b_dtype)
+    store = storer(out_dtype, compute)
+    a_storage, b_storage, out_storage = (
+        STORAGE[a_dtype],
+        STORAGE[b_dtype],
+        STORAGE[out_dtype],
+    )
+    compute_type = COMPUTE[compute] if compute in COMPUTE else getattr(np, compute)
 
     def run(
-        out_address, out_span, inner, offsets, step, chunk_size, chunks, total, value
+        out_address,
+        a_address,
+        b_address,
+        out_span,
+        a_span,
+        b_span,
+        inner,
+        offsets,
+        out_step,
+        a_step,
+        b_step,
+        chunk_size,
+        chunks,
+        total,
+        scalar,
     ):
-        o = element_array(out_address, out_span, storage)
-        pattern = storage(value)
+        o = element_array(out_address, out_span, out_storage)
+        a = element_array(a_address, a_span, a_storage)
+        b = element_array(b_address, b_span, b_storage)
+        value = compute_type(scalar)
+        contiguous = out_step == 1 and a_step == 1 and b_step == 1
         for chunk in prange(chunks):
             start = chunk * chunk_size
             stop = min(start + chunk_size, total)
@@ -758,82 +391,50 @@ def fill_kernels(bits: str):
             first = start - row * inner
             while start < stop:
                 count = min(inner - first, stop - start)
-                base = offsets[0, row] + first * step
-                if step == 1:
-                    oc = o[base : base + count]
+                out_base = offsets[0, row] + first * out_step
+                a_base = offsets[1, row] + first * a_step
+                b_base = offsets[2, row] + first * b_step
+                if contiguous:
+                    oc = o[out_base : out_base + count]
+                    ac = a[a_base : a_base + count]
+                    bc = b[b_base : b_base + count]
                     for i in range(count):
-                        oc[i] = pattern
+                        store(
+                            oc,
+                            i,
+                            combine(
+                                compute_type(load_a(ac, i)),
+                                compute_type(load_b(bc, i)),
+                                value,
+                            ),
+                        )
                 else:
-                    ob, os = np.uint64(base), np.uint64(step)
+                    ob, ab, bb = (
+                        np.uint64(out_base),
+                        np.uint64(a_base),
+                        np.uint64(b_base),
+                    )
+                    os, as_, bs = (
+                        np.uint64(out_step),
+                        np.uint64(a_step),
+                        np.uint64(b_step),
+                    )
                     for i in range(count):
-                        o[ob + np.uint64(i) * os] = pattern
+                        j = np.uint64(i)
+                        store(
+                            o,
+                            ob + j * os,
+                            combine(
+                                compute_type(load_a(a, ab + j * as_)),
+                                compute_type(load_b(b, bb + j * bs)),
+                                value,
+                            ),
+                        )
                 start += count
                 row += 1
                 first = 0
 
-    def flat(out_address, total, chunk_size, chunks, value):
-        o = element_array(out_address, total, storage)
-        pattern = storage(value)
-        for chunk in prange(chunks):
-            start = chunk * chunk_size
-            stop = min(start + chunk_size, total)
-            oc = o[start:stop]
-            for i in range(stop - start):
-                oc[i] = pattern
-
-    return (
-        kernel(run),
-        kernel(run, parallel=True),
-        kernel(flat),
-        kernel(flat, parallel=True),
-    )
-
-
-class FillLaunch:
-    """Writes one bit pattern into every element of tensors laid out as
-    `out`; `value` is the pattern as a `numpy.uint64` (see `bits_of`)."""
-
-    def __init__(self, out) -> None:
-        self.plan = plan = RowPlan(out.shape, [tuple(out.strides)])
-        self.numel = plan.numel
-        self.chunk_size, self.chunks = chunking(plan)
-        self.total = plan.rows * plan.inner
-        self.flat = plan.rows == 1 and plan.inner_strides == (1,)
-        kernels = fill_kernels(BITS_DTYPE[out.element_size])
-        parallel = self.chunks > 1
-        if self.flat:
-            self.kernel = kernels[3] if parallel else kernels[2]
-        else:
-            self.kernel = kernels[1] if parallel else kernels[0]
-
-    def __call__(self, out_address: int, value) -> None:
-        if self.numel == 0:
-            return
-        if self.flat:
-            self.kernel(out_address, self.total, self.chunk_size, self.chunks, value)
-            return
-        plan = self.plan
-        self.kernel(
-            out_address,
-            plan.spans[0],
-            plan.inner,
-            plan.row_offsets,
-            plan.inner_strides[0],
-            self.chunk_size,
-            self.chunks,
-            self.total,
-            value,
-        )
-
-
-def bits_of(tensor) -> np.uint64:
-    """The bit pattern of the single element of `tensor` (a torch tensor),
-    zero-extended (one kernel signature whatever the pattern)."""
-    import torch
-
-    size = tensor.element_size()
-    view = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[size]
-    return np.uint64(int(tensor.reshape(1).view(view)[0]) % (1 << (8 * size)))
+    return kernel(run), kernel(run, parallel=True)
 
 
 @cache
@@ -906,7 +507,7 @@ class BinaryElementwise:
             broadcast_strides(input.shape, input.strides, shape),
             broadcast_strides(other.shape, other.strides, shape),
         ]
-        self.plan = plan = RowPlan(shape, strides)
+        self.plan = plan = ElementwisePlan(shape, strides)
         self.numel = plan.numel
         self.chunk_size, self.chunks = chunking(plan)
         self.total = plan.rows * plan.inner
@@ -1043,29 +644,3 @@ class BinaryElementwise:
             )
         if staged is not None:
             out.copy_(staged)
-
-
-def precompile_unary_elementwise(operator: str, dtypes, *scalars) -> int:
-    """Runs `infini.ops.<operator>(input, *scalars, out)` once per dtype on
-    each layout class the unary kernels distinguish (small and large
-    contiguous, strided), compiling and caching those kernels; returns the
-    number of calls made."""
-    import torch
-
-    import infini.ops
-
-    function = getattr(infini.ops, operator)
-    calls = 0
-    for name in dtypes:
-        dtype = getattr(torch, name)
-        for shape, transpose in (((8,), False), ((512, 256), False), ((8, 8), True)):
-            input = torch.zeros(shape, dtype=dtype)
-            out = torch.empty(shape, dtype=dtype)
-            if transpose:
-                input = input.t()
-            function(input, *scalars, out, implementation_index=0)
-            calls += 1
-        input = torch.zeros(STREAMED_SHAPE, dtype=dtype)
-        run_streamed(operator, input, *scalars, torch.empty_like(input))
-        calls += 1
-    return calls

@@ -31,9 +31,11 @@ from functools import cache
 import numpy as np
 from numba import prange
 
-from .elementwise import BITS_DTYPE, coalesce, loader
+from infini.ops.core.geometry import coalesce, span
+
+from .dtype_io import BITS_DTYPE, loader
 from .jit import helper, kernel
-from .memory import STORAGE, element_array, span
+from .memory import STORAGE, element_array
 from .numeric import float32_bits
 
 CHUNK_ELEMENTS = 32768

@@ -17,8 +17,6 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from infini.ops.core.geometry import ranges_overlap, span  # noqa: F401 (re-used by the CPU kernels)
-
 from .jit import helper
 
 # The NumPy storage type of each dtype. 16-bit floats are stored as `uint16`

@@ -1,8 +1,8 @@
 """Compiling kernels ahead of the first call (`python -m infini.ops precompile`).
 
-Binary elementwise operators are precompiled by running them once on small,
-large (parallel) and strided tensors of each commonly used dtype, which
-compiles and caches on disk every kernel variant those calls reach.
+Unary and binary elementwise operators are precompiled by running them once
+on small, large (parallel) and strided tensors of each commonly used dtype,
+which compiles and caches on disk every kernel variant those calls reach.
 """
 
 from __future__ import annotations
@@ -41,6 +41,32 @@ def precompile_binary_elementwise(operator: str) -> int:
             calls += 1
         input = torch.zeros(STREAMED_SHAPE, dtype=dtype)
         run_streamed(operator, input, input, torch.empty_like(input))
+        calls += 1
+    return calls
+
+
+def precompile_unary_elementwise(operator: str, dtypes, *scalars) -> int:
+    """Runs `infini.ops.<operator>(input, *scalars, out)` once per dtype on
+    each layout class the unary kernels distinguish (small and large
+    contiguous, strided), compiling and caching those kernels; returns the
+    number of calls made."""
+    import torch
+
+    import infini.ops
+
+    function = getattr(infini.ops, operator)
+    calls = 0
+    for name in dtypes:
+        dtype = getattr(torch, name)
+        for shape, transpose in (((8,), False), ((512, 256), False), ((8, 8), True)):
+            input = torch.zeros(shape, dtype=dtype)
+            out = torch.empty(shape, dtype=dtype)
+            if transpose:
+                input = input.t()
+            function(input, *scalars, out, implementation_index=0)
+            calls += 1
+        input = torch.zeros(STREAMED_SHAPE, dtype=dtype)
+        run_streamed(operator, input, *scalars, torch.empty_like(input))
         calls += 1
     return calls
 

@@ -21,9 +21,11 @@ from functools import cache
 import numpy as np
 from numba import prange
 
-from .elementwise import loader, storer
+from infini.ops.core.geometry import span
+
+from .dtype_io import loader, storer
 from .jit import kernel
-from .memory import STORAGE, element_array, span
+from .memory import STORAGE, element_array
 
 # Work (rotated elements) per parallel chunk, and the amount below which
 # the kernel runs as one chunk: waking the thread pool costs more than it

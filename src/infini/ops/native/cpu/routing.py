@@ -17,6 +17,8 @@ from functools import cache
 import numpy as np
 from numba import prange
 
+from infini.ops.core.geometry import AliasGuard, span
+
 from .activations import exp_float32, sigmoid
 from .codes import (
     integer_code,
@@ -28,9 +30,9 @@ from .codes import (
     store_real,
     store_real_row,
 )
-from .elementwise import AliasGuard, staging_like
 from .jit import helper, kernel
-from .memory import element_array, span
+from .layout import staging_like
+from .memory import element_array
 from .numeric import bfloat16_bits_to_float32, float16_bits_to_float32
 
 # Tokens x experts below which gating kernels run serially, and the work

@@ -1,5 +1,5 @@
-"""Row-wise kernels: operators that reduce over one dimension (RMS
-normalisation, softmax) and write rows of the same length.
+"""The row driver: kernels over operators that reduce over one dimension
+(RMS normalisation, softmax) and write rows of the same length.
 
 A tensor of shape ``(..., cols)`` is walked as `rows` rows of `cols`
 elements. The leading dimensions are coalesced (merged where every operand
@@ -16,6 +16,10 @@ element before it writes the output element at the same position, so an
 output may be its input element for element (in place). Operands whose
 elements are adjacent along the row are compiled with a constant step of 1,
 which lets LLVM vectorise the row loops.
+
+The bodies live with their operators: `softmax_row` in `softmax.py`, the RMS
+normalisation rows in `ops/rms_norm.py`, `ops/add_rms_norm.py` and
+`ops/fused_add_rms_norm.py` (their shared passes in `norms.py`).
 """
 
 from __future__ import annotations
@@ -24,19 +28,14 @@ import hashlib
 from functools import cache
 
 import numpy as np
-from numba import prange, types
-from numba.extending import overload
+from numba import prange
 
-from .elementwise import AliasGuard, coalesce, loader, staging_like, storer
+from infini.ops.core.geometry import AliasGuard, coalesce
+
+from .dtype_io import identity, loader, storer
 from .jit import helper, kernel
+from .layout import staging_like
 from .memory import STORAGE, element_array
-from .numeric import (
-    bits_float32,
-    float16_bits_to_float32,
-    float32_bits,
-    float32_to_bfloat16_bits,
-    float32_to_float16_bits,
-)
 
 # Elements per parallel chunk, and the size below which kernels run serially
 # (waking the thread pool costs more than it saves on small tensors).
@@ -100,127 +99,6 @@ def row_operand(at, operand, size, storage, load, store):
     start = addresses[operand] + row_offset(row, shape, strides, operand) * size
     view = element_array(start, (cols - 1) * step + 1, storage)
     return (view, step, load, store)
-
-
-# Scalar helpers the row bodies use.
-
-
-@helper
-def identity(value):
-    return value
-
-
-@helper
-def as_float16(value):
-    """`value` rounded to float16 (and widened back to float32)."""
-    return float16_bits_to_float32(float32_to_float16_bits(np.float32(value)))
-
-
-@helper
-def as_bfloat16(value):
-    """`value` rounded to bfloat16 (and widened back to float32)."""
-    return bits_float32(
-        np.uint32(float32_to_bfloat16_bits(np.float32(value))) << np.uint32(16)
-    )
-
-
-def rounding(dtype: str):
-    """A helper rounding a float32 value as storing it as `dtype` would."""
-    return {"float16": as_float16, "bfloat16": as_bfloat16}.get(dtype, identity)
-
-
-# `exp` in float32 without a library call, so that loops over it vectorise,
-# for the arguments softmax has (``x - max(x)``: at most 0, or NaN):
-# ``exp(x) = 2^k * exp(r)`` with ``k = rint(x / ln 2)`` and
-# ``|r| <= ln(2) / 2``, `exp(r)` from a degree-6 polynomial fitted for
-# relative error (1.9e-9, well under float32's half ulp; with float32
-# rounding the result is within 2 ulps) and `2^k` built from its bits.
-# Arguments are clamped at ``-127 ln 2``, where ``k = -127`` gives the bits
-# of +0 for `2^k`: results that far below the normal range are 0 without a
-# compare and select.
-_LOG2E = np.float32(1.4426950408889634)
-_LN2_HIGH = np.float32(0.693145751953125)
-_LN2_LOW = np.float32(1.4286067653e-06)
-_EXP_FLOOR = np.float32(-127 * 0.6931471805599453)
-_EXP_C2 = np.float32(0.49999991059303284)
-_EXP_C3 = np.float32(0.16666419804096222)
-_EXP_C4 = np.float32(0.04166822507977486)
-_EXP_C5 = np.float32(0.008374815806746483)
-_EXP_C6 = np.float32(0.001383684459142387)
-
-
-@helper
-def exp_nonpositive_float32(x):
-    """`exp(x)` in float32 for ``x <= 0`` within 2 ulps down to float32's
-    smallest normal number (1.2e-38), 0 or a subnormal below it, and NaN for
-    NaN. Without branches (a NaN is kept by a bit select), so that loops over
-    it vectorise and Numba inlines it cleanly more than once."""
-    clamped = max(x, _EXP_FLOOR)
-    k = np.rint(clamped * _LOG2E)
-    r = clamped - k * _LN2_HIGH - k * _LN2_LOW
-    p = _EXP_C6 * r + _EXP_C5
-    p = p * r + _EXP_C4
-    p = p * r + _EXP_C3
-    p = p * r + _EXP_C2
-    p = p * r + np.float32(1)
-    p = p * r + np.float32(1)
-    power = bits_float32(np.uint32(np.int32(k) + np.int32(127)) << np.uint32(23))
-    result = p * power
-    nan_mask = np.uint32(0) - np.uint32(x != x)
-    bits = (float32_bits(result) & ~nan_mask) | (float32_bits(x) & nan_mask)
-    return bits_float32(bits)
-
-
-def exp_nonpositive(x):
-    """`exp(x)` for ``x <= 0`` in the type of `x`: `exp_nonpositive_float32`
-    for float32, the library's `exp` for float64 (kernels only)."""
-    raise NotImplementedError
-
-
-@overload(exp_nonpositive, inline="always")
-def _exp_nonpositive(x):
-    if x == types.float64:
-        return lambda x: np.exp(x)
-    return lambda x: exp_nonpositive_float32(x)
-
-
-# Maxima as integer maxima, which vectorise (a float maximum does not: its
-# NaN rules make it order dependent). A float32's order key is its bit
-# pattern with the magnitude bits flipped when negative: keys order as the
-# values, and a (positive) NaN above `inf`, so that a NaN maximum still
-# makes the row NaN. float64 values are their own keys.
-
-
-def order_key(value):
-    raise NotImplementedError
-
-
-def key_value(key):
-    raise NotImplementedError
-
-
-@overload(order_key, inline="always")
-def _order_key(value):
-    if value == types.float64:
-        return lambda value: value
-
-    def key32(value):
-        bits = np.int32(float32_bits(value))
-        return np.int32(bits ^ ((bits >> np.int32(31)) & np.int32(0x7FFFFFFF)))
-
-    return key32
-
-
-@overload(key_value, inline="always")
-def _key_value(key):
-    if key == types.float64:
-        return lambda key: key
-
-    def value32(key):
-        bits = np.int32(key ^ ((key >> np.int32(31)) & np.int32(0x7FFFFFFF)))
-        return bits_float32(np.uint32(bits))
-
-    return value32
 
 
 def compute_dtype(*dtypes: str) -> str:
@@ -405,7 +283,8 @@ def trailing_strides(meta, ndim: int) -> tuple:
     return (0,) * (ndim - 1) + (meta.strides[0],)
 
 
-# Row bodies. An operand is ``(view, step, load, store)`` (`row_kernels`).
+# What the row bodies share (`softmax.py`, `norms.py`, the operators' files).
+# An operand is ``(view, step, load, store)`` (`row_kernels`).
 #
 # The bodies re-read their inputs (hot in L1/L2 after the first pass) rather
 # than copying the row into the scratch row: the extra store and load of a
@@ -425,234 +304,6 @@ def unsigned(index):
     negative-index wraparound, which LLVM cannot prove unneeded in loops not
     starting at 0 and which there turns vector loads into gathers."""
     return np.uint64(index)
-
-
-@helper
-def _sum_squares(source, cols, compute):
-    """The sum of the squares of a row, in float64 over float32 blocks (in
-    `compute`, the scratch row's type)."""
-    view, step, load = source[0], source[1], source[2]
-    total = 0.0
-    for start in range(0, cols, SUM_BLOCK):
-        partial = compute(0)
-        for j in range(start, min(start + SUM_BLOCK, cols)):
-            value = compute(load(view, unsigned(j * step)))
-            partial += value * value
-        total += partial
-    return total
-
-
-@helper
-def _normalize(out, source, weight, cols, total, eps, compute):
-    """``out = source / sqrt(total / cols + eps) * weight`` (`source` read
-    again: it may be `out` itself, element for element)."""
-    out_view, out_step, store_out = out[0], out[1], out[3]
-    view, step, load = source[0], source[1], source[2]
-    weight_view, weight_step, load_weight = weight[0], weight[1], weight[2]
-    scale = compute(1.0 / np.sqrt(total / cols + eps))
-    for j in range(cols):
-        value = compute(load(view, j * step)) * compute(
-            load_weight(weight_view, j * weight_step)
-        )
-        store_out(out_view, j * out_step, value * scale)
-
-
-@helper
-def _add_squares(a, b, sum_out, narrow, cols, compute):
-    """Writes ``a + b`` to `sum_out`; returns the sum of the squares of
-    the sums passed through `narrow`."""
-    a_view, a_step, load_a = a[0], a[1], a[2]
-    b_view, b_step, load_b = b[0], b[1], b[2]
-    sum_view, sum_step, store_sum = sum_out[0], sum_out[1], sum_out[3]
-    total = 0.0
-    for start in range(0, cols, SUM_BLOCK):
-        partial = compute(0)
-        for j in range(start, min(start + SUM_BLOCK, cols)):
-            value = compute(load_a(a_view, unsigned(j * a_step))) + compute(
-                load_b(b_view, unsigned(j * b_step))
-            )
-            store_sum(sum_view, unsigned(j * sum_step), value)
-            value = compute(narrow(value))
-            partial += value * value
-        total += partial
-    return total
-
-
-@helper
-def _normalize_sum(out, a, b, weight, cols, total, eps, compute):
-    """``out = (a + b) / sqrt(total / cols + eps) * weight``."""
-    out_view, out_step, store_out = out[0], out[1], out[3]
-    a_view, a_step, load_a = a[0], a[1], a[2]
-    b_view, b_step, load_b = b[0], b[1], b[2]
-    weight_view, weight_step, load_weight = weight[0], weight[1], weight[2]
-    scale = compute(1.0 / np.sqrt(total / cols + eps))
-    for j in range(cols):
-        value = compute(load_a(a_view, j * a_step)) + compute(
-            load_b(b_view, j * b_step)
-        )
-        value = value * compute(load_weight(weight_view, j * weight_step))
-        store_out(out_view, j * out_step, value * scale)
-
-
-@helper
-def rms_norm_row(operands, cols, row, params, scratch, narrow):
-    """Operands (out, input, weight); params (eps,)."""
-    compute = scratch.dtype.type
-    total = _sum_squares(operands[1], cols, compute)
-    _normalize(operands[0], operands[1], operands[2], cols, total, params[0], compute)
-
-
-@helper
-def add_rms_norm_row(operands, cols, row, params, scratch, narrow):
-    """Operands (out, residual_out, input, residual, weight); params (eps,
-    read_back).
-
-    The sum is normalised as computed (unrounded): with `read_back` it is
-    read back from `residual_out` (which holds it exactly: it has the
-    compute type), else computed again from the inputs, which then must not
-    be `residual_out` (`add_rms_norm_scratch_row` serves that case)."""
-    compute = scratch.dtype.type
-    a, b, weight, eps = operands[2], operands[3], operands[4], params[0]
-    total = _add_squares(a, b, operands[1], identity, cols, compute)
-    if params[1]:
-        _normalize(operands[0], operands[1], weight, cols, total, eps, compute)
-    else:
-        _normalize_sum(operands[0], a, b, weight, cols, total, eps, compute)
-
-
-@helper
-def add_rms_norm_scratch_row(operands, cols, row, params, scratch, narrow):
-    """`add_rms_norm_row` keeping the unrounded sums in the scratch row, for
-    a 16-bit `residual_out` that is also an input."""
-    compute = scratch.dtype.type
-    out_view, out_step, store_out = operands[0][0], operands[0][1], operands[0][3]
-    sum_view, sum_step, store_sum = operands[1][0], operands[1][1], operands[1][3]
-    a_view, a_step, load_a = operands[2][0], operands[2][1], operands[2][2]
-    b_view, b_step, load_b = operands[3][0], operands[3][1], operands[3][2]
-    weight_view, weight_step, load_weight = (
-        operands[4][0],
-        operands[4][1],
-        operands[4][2],
-    )
-    total = 0.0
-    for start in range(0, cols, SUM_BLOCK):
-        partial = compute(0)
-        for j in range(start, min(start + SUM_BLOCK, cols)):
-            value = compute(load_a(a_view, unsigned(j * a_step))) + compute(
-                load_b(b_view, unsigned(j * b_step))
-            )
-            store_sum(sum_view, unsigned(j * sum_step), value)
-            scratch[unsigned(j)] = value
-            partial += value * value
-        total += partial
-    scale = compute(1.0 / np.sqrt(total / cols + params[0]))
-    for j in range(cols):
-        value = scratch[j] * compute(load_weight(weight_view, j * weight_step))
-        store_out(out_view, j * out_step, value * scale)
-
-
-@helper
-def fused_add_rms_norm_row(operands, cols, row, params, scratch, narrow):
-    """Operands (input, residual, weight), the first two updated in place:
-    ``residual += input``, then ``input = rms_norm(residual) * weight``;
-    params (eps,). The second pass reads `residual` back: it holds the sum
-    as rounded (`narrow`), which is what is normalised."""
-    compute = scratch.dtype.type
-    total = _add_squares(operands[0], operands[1], operands[1], narrow, cols, compute)
-    _normalize(operands[0], operands[1], operands[2], cols, total, params[0], compute)
-
-
-@helper
-def softmax_row(operands, cols, row, params, scratch, narrow):
-    """Operands (out, input); params (scale, q, exps_in_out).
-
-    ``out = softmax(narrow(input) * scale)`` over the row. With ``q > 0`` a
-    bottom-right aligned causal mask applies: in row `row` (of `q` rows per
-    matrix) the first ``row % q + cols - q + 1`` elements take part, the
-    rest are written as 0. A row with no element taking part is NaN, as
-    `torch.softmax` of all `-inf`, and so is a whole row whose softmax is NaN
-    (a NaN or `inf` taking part).
-
-    Three passes: the maximum, the exponentials and their sum (float32
-    partial sums of `SUM_BLOCK` elements added in float64), the scaling.
-    With `exps_in_out` (an output in the compute type) the exponentials go
-    to `out` and are scaled there; else to the scratch row, so that each
-    result is rounded once.
-    """
-    out, out_step, store = operands[0][0], operands[0][1], operands[0][3]
-    x, x_step, load = operands[1][0], operands[1][1], operands[1][2]
-    out_load = operands[0][2]
-    compute = scratch.dtype.type
-    scale = compute(params[0])
-    q = params[1]
-    valid = cols if q <= 0 else row % q + cols - q + 1
-    if valid <= 0:
-        for j in range(cols):
-            store(out, j * out_step, np.nan)
-        return
-    maximum = order_key(compute(-np.inf))
-    for j in range(valid):
-        value = compute(narrow(load(x, j * x_step))) * scale
-        maximum = max(maximum, order_key(value))
-    maximum = key_value(maximum)
-    total = 0.0
-    if params[2]:
-        for start in range(0, valid, SUM_BLOCK):
-            partial = compute(0)
-            for j in range(start, min(start + SUM_BLOCK, valid)):
-                value = compute(narrow(load(x, unsigned(j * x_step)))) * scale
-                exponential = exp_nonpositive(value - maximum)
-                store(out, unsigned(j * out_step), exponential)
-                partial += exponential
-            total += partial
-        inverse = compute(1.0 / total)
-        for j in range(valid):
-            store(out, j * out_step, compute(out_load(out, j * out_step)) * inverse)
-    else:
-        for start in range(0, valid, SUM_BLOCK):
-            partial = compute(0)
-            for j in range(start, min(start + SUM_BLOCK, valid)):
-                value = compute(narrow(load(x, unsigned(j * x_step)))) * scale
-                exponential = exp_nonpositive(value - maximum)
-                scratch[unsigned(j)] = exponential
-                partial += exponential
-            total += partial
-        inverse = compute(1.0 / total)
-        for j in range(valid):
-            store(out, j * out_step, scratch[j] * inverse)
-    # Masked elements are `exp(-inf - max) / total`: 0, or NaN when the row
-    # is NaN (a NaN or infinite input), as in torch.
-    masked = compute(0.0 if total == total else np.nan)
-    for j in range(valid, cols):
-        store(out, unsigned(j * out_step), masked)
-
-
-def softmax_launch(input, out, dim: int, scale: float, causal: bool) -> RowLaunch:
-    """`softmax_row` over dimension `dim` of `input` into `out` (metadata),
-    with inputs multiplied by `scale` and, when `causal`, the causal mask
-    over the last two dimensions (`dim` then is the last one).
-
-    Computed in float32, float64 when `out` is float64; an input of
-    another dtype than `out` is converted first (16-bit outputs round it,
-    as ``input.to(dtype)`` would)."""
-    ndim = input.ndim
-    if ndim == 0:
-        shape, in_strides, out_strides = (1,), (1,), (1,)
-    else:
-        order = [d for d in range(ndim) if d != dim] + [dim]
-        shape = tuple(input.shape[d] for d in order)
-        in_strides = tuple(input.strides[d] for d in order)
-        out_strides = tuple(out.strides[d] for d in order)
-    operands = [
-        RowOperand(out, out_strides, written=True),
-        RowOperand(input, in_strides),
-    ]
-    narrow = rounding(out.dtype) if input.dtype != out.dtype else identity
-    compute = "float64" if out.dtype == "float64" else "float32"
-    # The exponentials are kept in `out` when it holds them exactly.
-    exps_in_out = out.dtype == compute
-    params = (float(scale), input.shape[-2] if causal else 0, exps_in_out)
-    return RowLaunch(softmax_row, shape, operands, params, narrow, compute)
 
 
 # Shapes that reach the serial and the parallel kernel with contiguous rows.

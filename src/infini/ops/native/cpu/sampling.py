@@ -371,7 +371,8 @@ class TopKTopPLaunch:
     implementations, whose base validates the arguments first."""
 
     def plan(self, logits, k, p, indices, out) -> None:
-        from .memory import span
+        from infini.ops.core.geometry import span
+
         from .routing import gating_chunks
 
         self.rows, self.vocab = out.shape[0], logits.shape[1]

@@ -9,14 +9,9 @@ from __future__ import annotations
 
 from infini.ops.base.cast import Cast
 from infini.ops.core.registry import implementation
-from infini.ops.native.cpu.elementwise import UnaryElementwise, conversion_kernels
+from infini.ops.native.cpu.conversions import conversion_kernels
+from infini.ops.native.cpu.elementwise import UnaryElementwise
 from infini.ops.native.cpu.precompile import torch_dtypes, unary_layouts
-
-
-def cast_kernels(source: str, destination: str, element_size: int):
-    """The kernels converting `source` to `destination` (`element_size` is
-    that of `destination`, kept for callers of the earlier signature)."""
-    return conversion_kernels(source, destination)
 
 
 @implementation(operator="cast", devices=("cpu",), slot=0)

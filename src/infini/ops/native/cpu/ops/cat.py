@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from infini.ops.base.cat import Cat
+from infini.ops.core.geometry import span
 from infini.ops.core.registry import implementation
-from infini.ops.native.cpu.elementwise import UnaryLaunch, copy_kernels, staging_like
-from infini.ops.native.cpu.memory import span
+from infini.ops.native.cpu.conversions import copy_kernels
+from infini.ops.native.cpu.elementwise import UnaryLaunch
+from infini.ops.native.cpu.layout import staging_like
 from infini.ops.native.cpu.precompile import torch_dtypes
 
 

@@ -1,10 +1,11 @@
-"""CPU `causal_softmax` (slot 0): one Numba kernel over rows."""
+"""CPU `causal_softmax` (slot 0): the shared row softmax
+(`native/cpu/softmax.py`) under the causal mask."""
 
 from __future__ import annotations
 
 from infini.ops.base.causal_softmax import CausalSoftmax
 from infini.ops.core.registry import implementation
-from infini.ops.native.cpu.causal_softmax import CausalSoftmaxLaunch
+from infini.ops.native.cpu.softmax import CausalSoftmaxLaunch
 
 
 @implementation(operator="causal_softmax", devices=("cpu",), slot=0)

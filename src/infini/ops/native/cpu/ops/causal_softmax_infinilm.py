@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from infini.ops.base.causal_softmax_infinilm import CausalSoftmaxInfinilm
 from infini.ops.core.registry import implementation
-from infini.ops.native.cpu.causal_softmax import CausalSoftmaxLaunch
+from infini.ops.native.cpu.softmax import CausalSoftmaxLaunch
 
 
 @implementation(operator="causal_softmax_infinilm", devices=("cpu",), slot=0)

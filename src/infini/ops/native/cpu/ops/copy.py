@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from infini.ops.base.copy import Copy
 from infini.ops.core.registry import implementation
-from infini.ops.native.cpu.elementwise import (
-    UnaryElementwise,
-    conversion_kernels,
+from infini.ops.native.cpu.conversions import conversion_kernels
+from infini.ops.native.cpu.elementwise import UnaryElementwise
+from infini.ops.native.cpu.precompile import (
+    PRECOMPILED_DTYPES,
     precompile_unary_elementwise,
 )
-from infini.ops.native.cpu.precompile import PRECOMPILED_DTYPES
 
 
 @implementation(operator="copy", devices=("cpu",), slot=0)

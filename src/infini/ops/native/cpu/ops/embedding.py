@@ -15,17 +15,12 @@ from numba import prange
 
 from infini.ops.base._indexing import index_error, unravel
 from infini.ops.base.embedding import Embedding
+from infini.ops.core.geometry import AliasGuard, coalesce, span
 from infini.ops.core.registry import implementation
-from infini.ops.native.cpu.elementwise import (
-    BITS_DTYPE,
-    AliasGuard,
-    coalesce,
-    loader,
-    staging_like,
-    storer,
-)
+from infini.ops.native.cpu.dtype_io import BITS_DTYPE, loader, storer
 from infini.ops.native.cpu.jit import helper, kernel
-from infini.ops.native.cpu.memory import STORAGE, element_array, span
+from infini.ops.native.cpu.layout import staging_like
+from infini.ops.native.cpu.memory import STORAGE, element_array
 from infini.ops.native.cpu.numeric import (
     bfloat16_bits_to_float32,
     float16_bits_to_float32,

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 from infini.ops.base.fill import Fill
 from infini.ops.core.registry import implementation
-from infini.ops.native.cpu.elementwise import (
-    FillLaunch,
-    UnaryLaunch,
-    bits_of,
-    conversion_kernels,
+from infini.ops.native.cpu.conversions import conversion_kernels
+from infini.ops.native.cpu.elementwise import UnaryLaunch
+from infini.ops.native.cpu.fill import FillLaunch, bits_of
+from infini.ops.native.cpu.precompile import (
+    PRECOMPILED_DTYPES,
     precompile_unary_elementwise,
 )
-from infini.ops.native.cpu.precompile import PRECOMPILED_DTYPES
 
 
 @implementation(operator="fill", devices=("cpu",), slot=0)

@@ -1,20 +1,32 @@
-"""CPU `fused_add_rms_norm` (slot 0): the shared row kernel
-(`fused_add_rms_norm_row`), in place."""
+"""CPU `fused_add_rms_norm` (slot 0): the row driver (`rows.py`) over
+`fused_add_rms_norm_row`, in place."""
 
 from __future__ import annotations
 
 from infini.ops.base.fused_add_rms_norm import FusedAddRmsNorm
+from infini.ops.core.geometry import ranges_overlap, span
 from infini.ops.core.registry import implementation
 from infini.ops.core.tensor import TensorMeta
-from infini.ops.native.cpu.memory import ranges_overlap, span
+from infini.ops.native.cpu.dtype_io import rounding
+from infini.ops.native.cpu.jit import helper
+from infini.ops.native.cpu.norms import add_squares, normalize
 from infini.ops.native.cpu.rows import (
     RowLaunch,
     RowOperand,
-    fused_add_rms_norm_row,
     precompile_calls,
-    rounding,
     trailing_strides,
 )
+
+
+@helper
+def fused_add_rms_norm_row(operands, cols, row, params, scratch, narrow):
+    """Operands (input, residual, weight), the first two updated in place:
+    ``residual += input``, then ``input = rms_norm(residual) * weight``;
+    params (eps,). The second pass reads `residual` back: it holds the sum
+    as rounded (`narrow`), which is what is normalised."""
+    compute = scratch.dtype.type
+    total = add_squares(operands[0], operands[1], operands[1], narrow, cols, compute)
+    normalize(operands[0], operands[1], operands[2], cols, total, params[0], compute)
 
 
 @implementation(operator="fused_add_rms_norm", devices=("cpu",), slot=0)

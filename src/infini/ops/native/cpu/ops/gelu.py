@@ -12,12 +12,11 @@ from infini.ops.native.cpu.activations import (
     gelu_tanh_float32,
     gelu_tanh_float64,
 )
-from infini.ops.native.cpu.elementwise import (
-    UnaryElementwise,
+from infini.ops.native.cpu.elementwise import UnaryElementwise, unary_kernels
+from infini.ops.native.cpu.precompile import (
+    PRECOMPILED_DTYPES,
     precompile_unary_elementwise,
-    unary_kernels,
 )
-from infini.ops.native.cpu.precompile import PRECOMPILED_DTYPES
 
 
 def gelu_kernels(dtype: str, approximate: str):

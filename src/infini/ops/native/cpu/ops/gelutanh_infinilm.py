@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from infini.ops.base.gelutanh_infinilm import GelutanhInfinilm
 from infini.ops.core.registry import implementation
-from infini.ops.native.cpu.elementwise import (
-    UnaryElementwise,
+from infini.ops.native.cpu.elementwise import UnaryElementwise
+from infini.ops.native.cpu.ops.gelu import gelu_kernels
+from infini.ops.native.cpu.precompile import (
+    PRECOMPILED_DTYPES,
     precompile_unary_elementwise,
 )
-from infini.ops.native.cpu.ops.gelu import gelu_kernels
-from infini.ops.native.cpu.precompile import PRECOMPILED_DTYPES
 
 
 @implementation(operator="gelutanh_infinilm", devices=("cpu",), slot=0)

@@ -4,9 +4,9 @@ append mode."""
 from __future__ import annotations
 
 from infini.ops.base.kv_caching_infinilm import KvCachingInfinilm
+from infini.ops.core.geometry import span
 from infini.ops.core.registry import implementation
 from infini.ops.native.cpu.kv_cache import CacheWrite
-from infini.ops.native.cpu.memory import span
 from infini.ops.native.cpu.precompile import index_dtypes, torch_dtypes
 
 

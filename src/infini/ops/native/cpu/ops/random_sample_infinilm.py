@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from infini.ops.base.random_sample_infinilm import RandomSampleInfinilm
+from infini.ops.core.geometry import span
 from infini.ops.core.registry import implementation
 from infini.ops.native.cpu.codes import INTEGER_CODE, REAL_CODE
-from infini.ops.native.cpu.memory import span
 from infini.ops.native.cpu.precompile import index_dtypes, torch_dtypes
 from infini.ops.native.cpu.sampling import random_sample_kernel
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from infini.ops.base.rearrange_infinilm import RearrangeInfinilm
 from infini.ops.core.registry import implementation
-from infini.ops.native.cpu.elementwise import (
-    UnaryElementwise,
-    copy_kernels,
+from infini.ops.native.cpu.conversions import copy_kernels
+from infini.ops.native.cpu.elementwise import UnaryElementwise
+from infini.ops.native.cpu.precompile import (
+    PRECOMPILED_DTYPES,
     precompile_unary_elementwise,
 )
-from infini.ops.native.cpu.precompile import PRECOMPILED_DTYPES
 
 
 @implementation(operator="rearrange_infinilm", devices=("cpu",), slot=0)

@@ -7,14 +7,13 @@ import numpy as np
 from infini.ops.base.relu import Relu
 from infini.ops.core.dtypes import UNSIGNED_INTEGER_DTYPES
 from infini.ops.core.registry import implementation
-from infini.ops.native.cpu.elementwise import (
-    UnaryElementwise,
-    copy_kernels,
-    precompile_unary_elementwise,
-    unary_kernels,
-)
+from infini.ops.native.cpu.conversions import copy_kernels
+from infini.ops.native.cpu.elementwise import UnaryElementwise, unary_kernels
 from infini.ops.native.cpu.jit import helper
-from infini.ops.native.cpu.precompile import PRECOMPILED_DTYPES
+from infini.ops.native.cpu.precompile import (
+    PRECOMPILED_DTYPES,
+    precompile_unary_elementwise,
+)
 
 # Floats are handled as their bit patterns (unsigned integers of the same
 # width): a value is negative exactly when its pattern lies above the

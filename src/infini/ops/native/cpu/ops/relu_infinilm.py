@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from infini.ops.base.relu_infinilm import ReluInfinilm
 from infini.ops.core.registry import implementation
-from infini.ops.native.cpu.elementwise import precompile_unary_elementwise
 from infini.ops.native.cpu.ops.relu import CpuRelu
-from infini.ops.native.cpu.precompile import PRECOMPILED_DTYPES
+from infini.ops.native.cpu.precompile import (
+    PRECOMPILED_DTYPES,
+    precompile_unary_elementwise,
+)
 
 
 @implementation(operator="relu_infinilm", devices=("cpu",), slot=0)

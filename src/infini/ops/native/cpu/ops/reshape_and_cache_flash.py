@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from infini.ops.base._indexing import slot_error
 from infini.ops.base.reshape_and_cache_flash import ReshapeAndCacheFlash
+from infini.ops.core.geometry import span
 from infini.ops.core.registry import implementation
 from infini.ops.native.cpu.kv_cache import CacheWrite
-from infini.ops.native.cpu.memory import span
 
 
 def slot_pair(source, cache):

@@ -1,16 +1,25 @@
-"""CPU `rms_norm` (slot 0): the shared row kernel (`rms_norm_row`)."""
+"""CPU `rms_norm` (slot 0): the row driver (`rows.py`) over `rms_norm_row`."""
 
 from __future__ import annotations
 
 from infini.ops.base.rms_norm import RmsNorm
 from infini.ops.core.registry import implementation
+from infini.ops.native.cpu.jit import helper
+from infini.ops.native.cpu.norms import normalize, sum_squares
 from infini.ops.native.cpu.rows import (
     RowLaunch,
     RowOperand,
     precompile_calls,
-    rms_norm_row,
     trailing_strides,
 )
+
+
+@helper
+def rms_norm_row(operands, cols, row, params, scratch, narrow):
+    """Operands (out, input, weight); params (eps,)."""
+    compute = scratch.dtype.type
+    total = sum_squares(operands[1], cols, compute)
+    normalize(operands[0], operands[1], operands[2], cols, total, params[0], compute)
 
 
 @implementation(operator="rms_norm", devices=("cpu",), slot=0)

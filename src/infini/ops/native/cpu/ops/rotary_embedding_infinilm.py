@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from infini.ops.base._indexing import index_error, unravel
 from infini.ops.base.rotary_embedding_infinilm import RotaryEmbeddingInfinilm
+from infini.ops.core.geometry import AliasGuard
 from infini.ops.core.registry import implementation
-from infini.ops.native.cpu.elementwise import AliasGuard, staging_like
+from infini.ops.native.cpu.layout import staging_like
 from infini.ops.native.cpu.precompile import index_dtypes, torch_dtypes
 from infini.ops.native.cpu.rotary import RotaryLaunch
 

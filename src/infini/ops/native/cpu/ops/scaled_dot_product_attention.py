@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from infini.ops.base.scaled_dot_product_attention import ScaledDotProductAttention
+from infini.ops.core.geometry import span
 from infini.ops.core.registry import implementation
 from infini.ops.native.cpu.attention import (
     NO_SLOPES,
@@ -28,7 +29,6 @@ from infini.ops.native.cpu.attention import (
     sdpa_online_kernel,
     staging_buffer,
 )
-from infini.ops.native.cpu.memory import span
 from infini.ops.native.cpu.precompile import torch_dtypes
 
 # Query rows per task of the online kernel (all heads of a GQA group).

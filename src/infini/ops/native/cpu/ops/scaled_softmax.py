@@ -1,10 +1,11 @@
-"""CPU `scaled_softmax` (slot 0): the shared row softmax (`softmax_row`)."""
+"""CPU `scaled_softmax` (slot 0): the shared row softmax
+(`native/cpu/softmax.py`)."""
 
 from __future__ import annotations
 
 from infini.ops.base.scaled_softmax import ScaledSoftmax
 from infini.ops.core.registry import implementation
-from infini.ops.native.cpu.causal_softmax import SoftmaxLaunch
+from infini.ops.native.cpu.softmax import SoftmaxLaunch
 
 
 @implementation(operator="scaled_softmax", devices=("cpu",), slot=0)

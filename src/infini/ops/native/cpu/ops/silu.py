@@ -5,12 +5,11 @@ from __future__ import annotations
 from infini.ops.base.silu import Silu
 from infini.ops.core.registry import implementation
 from infini.ops.native.cpu.activations import silu
-from infini.ops.native.cpu.elementwise import (
-    UnaryElementwise,
+from infini.ops.native.cpu.elementwise import UnaryElementwise, unary_kernels
+from infini.ops.native.cpu.precompile import (
+    PRECOMPILED_DTYPES,
     precompile_unary_elementwise,
-    unary_kernels,
 )
-from infini.ops.native.cpu.precompile import PRECOMPILED_DTYPES
 
 
 @implementation(operator="silu", devices=("cpu",), slot=0)

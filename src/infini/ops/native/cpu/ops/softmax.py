@@ -1,10 +1,10 @@
-"""CPU `softmax` (slot 0): the shared row softmax (`softmax_row`)."""
+"""CPU `softmax` (slot 0): the shared row softmax (`native/cpu/softmax.py`)."""
 
 from __future__ import annotations
 
 from infini.ops.base.softmax import Softmax
 from infini.ops.core.registry import implementation
-from infini.ops.native.cpu.causal_softmax import SoftmaxLaunch
+from infini.ops.native.cpu.softmax import SoftmaxLaunch
 
 
 @implementation(operator="softmax", devices=("cpu",), slot=0)

@@ -1,10 +1,11 @@
-"""CPU `softmax_infinilm` (slot 0): the shared row softmax (`softmax_row`)."""
+"""CPU `softmax_infinilm` (slot 0): the shared row softmax
+(`native/cpu/softmax.py`)."""
 
 from __future__ import annotations
 
 from infini.ops.base.softmax_infinilm import SoftmaxInfinilm
 from infini.ops.core.registry import implementation
-from infini.ops.native.cpu.causal_softmax import SoftmaxLaunch
+from infini.ops.native.cpu.softmax import SoftmaxLaunch
 
 
 @implementation(operator="softmax_infinilm", devices=("cpu",), slot=0)

@@ -6,8 +6,11 @@ import numpy as np
 
 from infini.ops.base.zeros_infinilm import ZerosInfinilm
 from infini.ops.core.registry import implementation
-from infini.ops.native.cpu.elementwise import FillLaunch, precompile_unary_elementwise
-from infini.ops.native.cpu.precompile import PRECOMPILED_DTYPES
+from infini.ops.native.cpu.fill import FillLaunch
+from infini.ops.native.cpu.precompile import (
+    PRECOMPILED_DTYPES,
+    precompile_unary_elementwise,
+)
 
 _ZERO = np.uint64(0)
 
