@@ -28,6 +28,7 @@ from infini.ops.core.dtypes import UNSIGNED_INTEGER_DTYPES, dtype_name, is_integ
 from infini.ops.core.manifest import load_torch_metadata
 from infini.ops.core.operator import Operator
 from infini.ops.core.signature import Overload
+from infini.ops.core.streams import stream_context
 
 SLOT = 8
 IMPLEMENTATION_PREFIX = "Aten"
@@ -344,10 +345,10 @@ def _plan(public, entry, values, tensor_sources, canonical_tensors):
     lines.append("    try:")
     indent = "        "
     if device is not None and device.platform != "cpu":
-        plan.constants["_on_stream"] = _stream_context
-        plan.constants["_device_type"] = _torch_device_type(device.platform)
+        plan.constants["_on_stream"] = stream_context
+        plan.constants["_device"] = device
         lines.append(f"{indent}if stream:")
-        lines.append(f"{indent}    with _on_stream(stream, _device_type):")
+        lines.append(f"{indent}    with _on_stream(_device, stream):")
         lines += [f"{indent}        {line}" for line in body]
         lines.append(f"{indent}    return")
     lines += [f"{indent}{line}" for line in body]
@@ -413,12 +414,6 @@ def _stage_list(tensors: tuple, index: int, out, out_low: int, out_high: int):
     return _replace(tensors, index, staged) if changed else tensors
 
 
-def _torch_device_type(platform: str) -> str:
-    from infini.ops.core.devices import TORCH_DEVICE_TYPE_OF_PLATFORM
-
-    return TORCH_DEVICE_TYPE_OF_PLATFORM[platform]
-
-
 def _rejected(public, entry, unsigned, device):
     """Turns an ATen error into a `ValueError` naming the operator."""
     schema = f"aten::{entry['aten_name']}.{entry['overload_name'] or 'default'}"
@@ -437,20 +432,3 @@ def _rejected(public, entry, unsigned, device):
         )
 
     return make
-
-
-_STREAMS: dict = {}
-
-
-def _stream_context(stream: int, device_type: str):
-    """`torch.<device>.stream(ExternalStream(stream))`: run on the caller's
-    raw stream handle (contract 1.7)."""
-    import torch
-
-    context = _STREAMS.get((device_type, stream))
-    if context is None:
-        module = getattr(torch, device_type)
-        context = (module, module.ExternalStream(stream))
-        _STREAMS[(device_type, stream)] = context
-    module, external = context
-    return module.stream(external)
