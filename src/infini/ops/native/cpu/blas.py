@@ -13,9 +13,15 @@ the output afterwards, so an output may alias its inputs.
 
 from __future__ import annotations
 
+from functools import cache
+
 import numpy as np
+from numba import prange
 
 from infini.ops.core.geometry import span
+
+from .jit import kernel
+from .numeric import bfloat16_bits_to_float32, float16_bits_to_float32
 
 # The NumPy type a tensor's memory is viewed as: bfloat16 has no NumPy type
 # and is viewed as its `uint16` bit pattern.
@@ -113,6 +119,64 @@ def store(view: HostView, address: int, values: np.ndarray) -> None:
     np.copyto(target, values, casting="unsafe")
 
 
+# At most this many rows of `a` take the 16-bit weight kernel: it streams
+# the weight once in its own format, where BLAS would need a float32 copy of
+# it on every call. Longer products amortise that copy over their rows and
+# run faster in BLAS.
+NARROW_WEIGHT_MAX_ROWS = 32
+
+
+# Weight rows each task widens and multiplies: enough work per task to hide
+# the scheduling, small enough to spread over the cores.
+_NARROW_WEIGHT_COLUMNS_PER_TASK = 64
+
+
+def _narrow_weight_rows(widen):
+    def product(a, weight_bits, out):
+        """``out = a @ weight.T`` for float32 `a` ``(m, k)`` and a 16-bit
+        `weight` ``(n, k)`` (bit patterns), accumulated in float32. Each
+        weight row is widened once into a float32 scratch row, then every
+        row of `a` takes its dot product with it."""
+        rows, depth = a.shape
+        columns = weight_bits.shape[0]
+        step = _NARROW_WEIGHT_COLUMNS_PER_TASK
+        for task in prange((columns + step - 1) // step):
+            scratch = np.empty(depth, np.float32)
+            for column in range(task * step, min(columns, (task + 1) * step)):
+                for index in range(depth):
+                    scratch[index] = widen(weight_bits[column, index])
+                # Four rows per pass over the scratch row: one load of it
+                # feeds four products.
+                full = rows - rows % 4
+                for row in range(0, full, 4):
+                    total0 = total1 = total2 = total3 = np.float32(0.0)
+                    for index in range(depth):
+                        value = scratch[index]
+                        total0 += a[row, index] * value
+                        total1 += a[row + 1, index] * value
+                        total2 += a[row + 2, index] * value
+                        total3 += a[row + 3, index] * value
+                    out[row, column] = total0
+                    out[row + 1, column] = total1
+                    out[row + 2, column] = total2
+                    out[row + 3, column] = total3
+                for row in range(full, rows):
+                    total = np.float32(0.0)
+                    for index in range(depth):
+                        total += a[row, index] * scratch[index]
+                    out[row, column] = total
+
+    return kernel(product, parallel=True, fastmath={"reassoc", "contract"})
+
+
+@cache
+def narrow_weight_kernel(dtype: str):
+    """The kernel multiplying float32 rows by a bfloat16 or float16 weight
+    read in place (compiled on first use, cached on disk)."""
+    widen = bfloat16_bits_to_float32 if dtype == "bfloat16" else float16_bits_to_float32
+    return _narrow_weight_rows(widen)
+
+
 def _blas_writable(view: HostView) -> bool:
     """Whether NumPy's matmul can hand this output to BLAS directly: the last
     dimension unit-stride and rows not overlapping (else NumPy falls back to
@@ -171,6 +235,18 @@ class MatmulPlan:
         # `k == 0`: the product is all zeros (plus the bias); the inputs are
         # empty and never read.
         self.reduction_empty = a.empty or b.empty
+        # A 16-bit weight seen transposed (`linear`'s ``weight.T``, unit
+        # stride along `k`) times a few rows: read the weight as it is
+        # instead of widening all of it to float32 on every call.
+        self.narrow_weight = (
+            out.dtype in ("bfloat16", "float16")
+            and len(a.shape) == 2
+            and len(b.shape) == 2
+            and len(out.shape) == 2
+            and a.shape[0] <= NARROW_WEIGHT_MAX_ROWS
+            and b.strides[0] == 1
+            and not self.reduction_empty
+        )
 
     def run(self, a_address: int, b_address: int, out_address: int, bias_address=0):
         if self.numel == 0:
@@ -178,6 +254,11 @@ class MatmulPlan:
         out_view = self.out
         if self.reduction_empty:
             result = np.zeros(out_view.shape, self.compute)
+        elif self.narrow_weight:
+            a = np.ascontiguousarray(self.a.load(a_address, self.compute))
+            weight_bits = self.b.raw(b_address).T.view(np.uint16)
+            result = np.empty(out_view.shape, self.compute)
+            narrow_weight_kernel(self.b.dtype)(a, weight_bits, result)
         else:
             a = _blas_readable(self.a.load(a_address, self.compute))
             b = _blas_readable(self.b.load(b_address, self.compute))
