@@ -2,7 +2,7 @@
 
 `scripts/torch_ops.yaml` names the ATen operators whose generated
 implementation (slot 8) a build has; a public name drops a trailing `_` and
-turns a leading `_` into `internal_` (contract 3.2).
+turns a leading `_` into `internal_`.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ CMake runs this at configure time with the resolved options; the package reads
 the result (`infini/ops/_generated/manifest.json`) to build its public surface.
 The work is done in one direction by the modules beside this one: the schema
 (`build_model`, from `infini.ops.core`), the scan of the sources
-(`source_scan`), the selection (`selection`, contract 4.2) and, under
+(`source_scan`), the selection (`selection`) and, under
 `--with-torch`, the ATen metadata (`generate_torch_ops`); this module writes
 the result. Errors print ``<path>: <message>`` on stderr and exit with 1.
 """
