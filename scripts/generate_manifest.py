@@ -32,6 +32,7 @@ from build_model import (
 )
 from generate_torch_ops import run
 from ops_config import OpsConfigError
+from resolve_linked import resolve as resolve_linked
 from selection import (
     SMOKE_TORCH_OPS,
     aten_names_to_generate,
@@ -73,6 +74,16 @@ def build_manifest(
         source_dir, bases, implementations, configuration, warn
     )
 
+    # Linked providers (`WITH_LINKED`) are checked against the installed
+    # libraries here, so a missing or mismatched provider fails the configure.
+    linked = None
+    if configuration.with_linked:
+        linked = resolve_linked(
+            source_dir,
+            configuration.devices,
+            [i for impls in selected.values() for i in impls],
+        )
+
     options = dict(configuration.options)
     if configuration.smoke:
         # The smoke lists live here, so the manifest records what they became.
@@ -113,7 +124,7 @@ def build_manifest(
         key=lambda e: (e["operator"], PLATFORMS.index(e["device"]), e["slot"])
     )
 
-    return {
+    manifest = {
         "format_version": MANIFEST_FORMAT_VERSION,
         "package_version": configuration.package_version,
         "options": options,
@@ -123,6 +134,9 @@ def build_manifest(
         "operators": operators,
         "instantiations": instantiations,
     }
+    if linked is not None:
+        manifest["linked"] = linked
+    return manifest
 
 
 def write_manifest(path: Path, manifest: Mapping[str, Any]) -> None:
@@ -225,6 +239,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         manifest = build_manifest(arguments.source_dir, configuration)
         write_manifest(arguments.output, manifest)
+        if "linked" in manifest:
+            write_json(
+                arguments.output.parent / "linked" / "resolved.json", manifest["linked"]
+            )
     except (ManifestError, OpsConfigError) as error:
         print(error, file=sys.stderr)
         return 1
