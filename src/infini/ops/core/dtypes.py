@@ -18,9 +18,7 @@ DTYPE_NAMES = INTEGER_DTYPES + FLOAT_DTYPES
 # `bool` has no InfiniRT type (the original maps it to `uint8`); kernels here
 # see it by name so that casts to `bool` give 0/1 as torch does.
 SUPPORTED_DTYPES = DTYPE_NAMES + ("bool",)
-SIGNED_INTEGER_DTYPES = INTEGER_DTYPES[:4]
 UNSIGNED_INTEGER_DTYPES = INTEGER_DTYPES[4:]
-LOW_PRECISION_FLOAT_DTYPES = ("float16", "bfloat16")
 
 ELEMENT_SIZE = {
     "int8": 1,
