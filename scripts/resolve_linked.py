@@ -145,8 +145,9 @@ def _strict_loader():
     return StrictLoader
 
 
-def read_yaml(path: Path) -> dict[str, Any]:
-    """A YAML mapping, read strictly (duplicate keys fail)."""
+def read_yaml(path: Path, source: Path | None = None) -> dict[str, Any]:
+    """A YAML mapping, read strictly (duplicate keys fail) from `source`
+    (default `path`, the name errors give)."""
     try:
         import yaml
     except ImportError as error:
@@ -156,7 +157,9 @@ def read_yaml(path: Path) -> dict[str, Any]:
             "`python -m pip install pyyaml`",
         ) from error
     try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_strict_loader())
+        data = yaml.load(
+            (source or path).read_text(encoding="utf-8"), Loader=_strict_loader()
+        )
     except (OSError, yaml.YAMLError) as error:
         raise ResolutionError(path, f"cannot be read: {error}") from error
     if not isinstance(data, dict):
@@ -175,8 +178,10 @@ def _check_keys(path: Path, data: Mapping, allowed: Sequence[str], required) -> 
         raise ResolutionError(path, f"is missing required keys: {', '.join(missing)}")
 
 
-def read_library(path: Path, transport: str, device: str) -> LibraryContract:
-    data = read_yaml(path)
+def read_library(
+    path: Path, transport: str, device: str, source: Path | None = None
+) -> LibraryContract:
+    data = read_yaml(path, source)
     _check_keys(path, data, LIBRARY_KEYS, LIBRARY_KEYS)
     for key in LIBRARY_KEYS:
         if not isinstance(data[key], str) or not data[key].strip():
@@ -200,9 +205,9 @@ def read_library(path: Path, transport: str, device: str) -> LibraryContract:
 
 
 def read_binding(
-    path: Path, transport: str, device: str, operator: str
+    path: Path, transport: str, device: str, operator: str, source: Path | None = None
 ) -> BindingContract:
-    data = read_yaml(path)
+    data = read_yaml(path, source)
     _check_keys(path, data, BINDING_KEYS, ("library",))
     if not isinstance(data["library"], str) or not data["library"].strip():
         raise ResolutionError(path, "library must be a non-empty string")
@@ -287,14 +292,16 @@ def scan_contracts(
             if device not in devices:
                 continue
             for path in sorted(device_directory.glob("*.yaml")):
-                library = read_library(_display(source_dir, path), transport, device)
+                library = read_library(
+                    _display(source_dir, path), transport, device, path
+                )
                 libraries[(transport, device, library.name)] = library
             for operator_directory in _directories(device_directory / "ops"):
                 for path in sorted(operator_directory.glob("*.yaml")):
                     display = _display(source_dir, path)
                     bindings.append(
                         read_binding(
-                            display, transport, device, operator_directory.name
+                            display, transport, device, operator_directory.name, path
                         )
                     )
     return libraries, bindings
@@ -323,7 +330,11 @@ def distribution_roots(package: str) -> tuple[list[Path], list[str]] | None:
     except metadata.PackageNotFoundError:
         return None
     roots = [Path(distribution.locate_file("")).resolve()]
-    record = [str(entry) for entry in distribution.files or ()]
+    try:
+        record = [str(entry) for entry in distribution.files or ()]
+    except (TypeError, ValueError):
+        # A malformed RECORD only loses that search path.
+        record = []
     direct_url = distribution.read_text("direct_url.json")
     if direct_url:
         try:
