@@ -63,7 +63,7 @@ def main() -> None:
         )
     tokenizer = load_tokenizer(path)
     prompts = [arguments.prompt, *arguments.batch_prompts]
-    encoded = [tokenizer(prompt)["input_ids"] for prompt in prompts]
+    encoded = [tokenizer.encode(prompt) for prompt in prompts]
     longest = max(len(ids) for ids in encoded) + arguments.max_tokens
     model = LlamaModel(
         load_gguf(path),

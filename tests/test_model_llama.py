@@ -233,12 +233,20 @@ def smollm2():
     from infini.ops.models import load_gguf, load_tokenizer
 
     tokenizer = load_tokenizer(MODEL_PATH)
+    reference_tokenizer = transformers.AutoTokenizer.from_pretrained(
+        str(MODEL_PATH.parent), gguf_file=MODEL_PATH.name
+    )
     reference = transformers.AutoModelForCausalLM.from_pretrained(
         str(MODEL_PATH.parent),
         gguf_file=MODEL_PATH.name,
         torch_dtype=torch.float32,
     ).eval()
-    prompts = [tokenizer(prompt)["input_ids"] for prompt in REAL_PROMPTS]
+    prompts = [tokenizer.encode(prompt) for prompt in REAL_PROMPTS]
+    # The runner's tokenizer (cached after the first conversion) encodes
+    # exactly as transformers' does.
+    for prompt, ids in zip(REAL_PROMPTS, prompts, strict=True):
+        assert ids == reference_tokenizer(prompt)["input_ids"]
+        assert tokenizer.decode(ids) == reference_tokenizer.decode(ids)
     return load_gguf(MODEL_PATH), reference, prompts
 
 

@@ -11,8 +11,10 @@ from .gguf_loader import (
     LayerWeights,
     LlamaCheckpoint,
     LlamaConfig,
+    Tokenizer,
     load_gguf,
     load_tokenizer,
+    model_cache_dir,
     smollm2_path,
 )
 from .kv_cache import PagedKVCache
@@ -29,7 +31,9 @@ __all__ = [
     "Sampler",
     "Scheduler",
     "Sequence",
+    "Tokenizer",
     "load_gguf",
     "load_tokenizer",
+    "model_cache_dir",
     "smollm2_path",
 ]

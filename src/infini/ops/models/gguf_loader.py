@@ -11,8 +11,12 @@ runner applies rotary embeddings in NeoX style.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
-from dataclasses import dataclass
+import json
+import os
+import shutil
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -108,6 +112,7 @@ def read_config(reader) -> LlamaConfig:
     tokens = _field(reader, "tokenizer.ggml.tokens")
     vocab = _field(reader, "llama.vocab_size", len(tokens) if tokens else None)
     names = {tensor.name for tensor in reader.tensors}
+    eos = _field(reader, "tokenizer.ggml.eos_token_id")
     return LlamaConfig(
         vocab_size=int(vocab),
         hidden_size=hidden,
@@ -120,12 +125,45 @@ def read_config(reader) -> LlamaConfig:
         rope_theta=float(_field(reader, "llama.rope.freq_base", 10000.0)),
         max_position=int(_field(reader, "llama.context_length", 2048)),
         tie_word_embeddings="output.weight" not in names,
-        eos_token_id=_field(reader, "tokenizer.ggml.eos_token_id"),
+        eos_token_id=None if eos is None else int(eos),
     )
 
 
-def load_gguf(path: str | Path) -> LlamaCheckpoint:
-    """Reads and dequantises a Llama GGUF file into float32 NumPy arrays."""
+def load_gguf(path: str | Path, cache: bool = True) -> LlamaCheckpoint:
+    """Reads and dequantises a Llama GGUF file into float32 NumPy arrays.
+
+    Parsing the file's metadata and dequantising take seconds, so with
+    `cache` the result is also saved in `model_cache_dir` (one `.npy` file
+    per tensor and the configuration as JSON) and later loads map those
+    files instead (copy-on-write: the arrays are writable)."""
+    saved = model_cache_dir(path) / "weights"
+    if cache and (saved / "config.json").is_file():
+        config = LlamaConfig(**json.loads((saved / "config.json").read_text()))
+        arrays = {
+            file.stem: np.load(file, mmap_mode="c") for file in saved.glob("*.npy")
+        }
+    else:
+        config, arrays = _read_gguf(path)
+        if cache:
+            _save_arrays(saved, config, arrays)
+    return _checkpoint(config, arrays)
+
+
+def _save_arrays(folder: Path, config: LlamaConfig, arrays: dict) -> None:
+    """Writes the arrays into `folder` through a temporary folder renamed at
+    the end, so a reader never sees half of them."""
+    partial = folder.with_name(f"{folder.name}.{os.getpid()}.tmp")
+    try:
+        partial.mkdir(parents=True, exist_ok=True)
+        for name, array in arrays.items():
+            np.save(partial / f"{name}.npy", array)
+        (partial / "config.json").write_text(json.dumps(asdict(config)))
+        os.replace(partial, folder)
+    except OSError:
+        shutil.rmtree(partial, ignore_errors=True)  # Read-only or full: skip.
+
+
+def _read_gguf(path) -> tuple[LlamaConfig, dict]:
     import gguf
 
     reader = gguf.GGUFReader(str(path))
@@ -139,7 +177,11 @@ def load_gguf(path: str | Path) -> LlamaCheckpoint:
         # Unquantised tensors come back as read-only views of the mapped
         # file; torch wants writable memory.
         arrays[tensor.name] = values if values.flags.writeable else values.copy()
+    return config, arrays
 
+
+def _checkpoint(config: LlamaConfig, arrays: dict) -> LlamaCheckpoint:
+    """The arrays of a GGUF file (by tensor name) in the Hugging Face layout."""
     layers = []
     for index in range(config.num_layers):
         prefix = f"blk.{index}."
@@ -169,10 +211,55 @@ def load_gguf(path: str | Path) -> LlamaCheckpoint:
     )
 
 
-def load_tokenizer(path: str | Path):
-    """The tokenizer stored in the GGUF metadata, built by transformers'
-    `AutoTokenizer` (tokenising is text processing, not an operator)."""
+def model_cache_dir(path: str | Path) -> Path:
+    """Where derived files of a model (its tokenizer in `tokenizers`' JSON)
+    are kept: `$INFINI_OPS_MODEL_CACHE` (default
+    ``~/.cache/infini-ops/models``), one folder per model file, keyed by its
+    path, size and modification time so that a changed file is read anew."""
+    path = Path(path).resolve()
+    stat = path.stat()
+    key = hashlib.sha256(
+        f"{path}:{stat.st_size}:{stat.st_mtime_ns}".encode()
+    ).hexdigest()[:16]
+    root = os.environ.get("INFINI_OPS_MODEL_CACHE")
+    base = Path(root) if root else Path.home() / ".cache" / "infini-ops" / "models"
+    return base / f"{path.stem}-{key}"
+
+
+class Tokenizer:
+    """Text to token ids and back, with the tokenizer stored in the GGUF
+    metadata (tokenising is text processing, not an operator)."""
+
+    def __init__(self, backend) -> None:
+        self.backend = backend
+
+    def encode(self, text: str) -> list[int]:
+        return self.backend.encode(text).ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self.backend.decode(list(ids), skip_special_tokens=False)
+
+
+def load_tokenizer(path: str | Path) -> Tokenizer:
+    """The tokenizer of a GGUF file. The first time, transformers'
+    `AutoTokenizer` builds it from the metadata (seconds: it imports
+    transformers and converts the vocabulary) and its `tokenizers` form is
+    saved in `model_cache_dir`; later loads read that file alone."""
+    path = Path(path)
+    saved = model_cache_dir(path) / "tokenizer.json"
+    if saved.is_file():
+        from tokenizers import Tokenizer as Backend
+
+        return Tokenizer(Backend.from_file(str(saved)))
     from transformers import AutoTokenizer
 
-    path = Path(path)
-    return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    converted = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    backend = converted.backend_tokenizer
+    try:
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        partial = saved.with_suffix(f".{os.getpid()}.tmp")
+        backend.save(str(partial))
+        os.replace(partial, saved)
+    except OSError:
+        pass  # A read-only home: convert again next time.
+    return Tokenizer(backend)

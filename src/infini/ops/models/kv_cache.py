@@ -27,13 +27,16 @@ class PagedKVCache:
         shape = (num_layers, num_blocks, num_kv_heads, block_size, head_dim)
         self.key = torch.zeros(shape, dtype=dtype)
         self.value = torch.zeros(shape, dtype=dtype)
+        # One view per layer, made once: indexing a tensor costs microseconds
+        # on every call.
+        self._layers = [(self.key[i], self.value[i]) for i in range(num_layers)]
         self.block_size = block_size
         self.num_blocks = num_blocks
         # Lowest blocks first, so a short run touches little memory.
         self._free = list(range(num_blocks - 1, -1, -1))
 
     def layer_caches(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.key[layer], self.value[layer]
+        return self._layers[layer]
 
     @property
     def free_blocks(self) -> int:
