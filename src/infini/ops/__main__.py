@@ -45,6 +45,20 @@ def info() -> int:
                 slots.setdefault(device, []).append(implementation["slot"])
         described = "; ".join(f"{d} {sorted(s)}" for d, s in sorted(slots.items()))
         print(f"  {name} ({operator['class']}): {described}")
+    linked = manifest.get("linked")
+    if linked:
+        print(f"linked libraries ({len(linked['libraries'])}):")
+        for library in linked["libraries"]:
+            print(
+                f"  {library['device']}/{library['name']} ({library['transport']}): "
+                f"{library['package']} {library['version']}, {library['path']}"
+            )
+        print(f"linked bindings ({len(linked['bindings'])}):")
+        for binding in linked["bindings"]:
+            print(
+                f"  {binding['operator']} on {binding['device']} at slot "
+                f"{binding['slot']}: {binding['library']} ({binding['transport']})"
+            )
     return 0
 
 
