@@ -20,8 +20,9 @@ import torch
 import torch.nn.functional as F
 
 import infini.ops
+from infini.ops.core.schema import GENERATED_ATEN_SLOT
 
-SLOT = 8
+SLOT = GENERATED_ATEN_SLOT
 SHAPES = [(13, 4), (13, 4, 4), (4, 4, 5632)]
 DTYPES = [
     pytest.param(torch.float32, 1e-5, 1e-5, id="float32"),

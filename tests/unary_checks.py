@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import infini.ops
+from infini.ops.core.schema import GENERATED_ATEN_SLOT
 from tests.utils import Payload, empty_strided, randn_strided
 
 # 16-bit results round once from float32; a float32 difference can flip
@@ -70,7 +71,7 @@ def case_params(float32_tolerances, cases=CASES):
 # The generated ATen slot runs PyTorch's own kernels: the float64-level bounds
 # below are claims about our native kernels, which ATen's float32 kernels do
 # not meet (torch's `gelu` is about 3e-7 off, its tails underflow early).
-ATEN_SLOT = 8
+ATEN_SLOT = GENERATED_ATEN_SLOT
 ATEN_FLOAT32_RTOL = 1e-5
 ATEN_FLOAT32_ATOL = 1e-6
 

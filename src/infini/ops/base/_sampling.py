@@ -12,15 +12,10 @@ TOP_P_DTYPES = ("float32", "float64")
 _MASK64 = (1 << 64) - 1
 
 
-def seed_bits(value: int):
+def seed_bits(value: int) -> int:
     """A seed or offset (a Python int of any sign and size) taken modulo
-    2**64, as the `numpy.uint64` that the kernels' counter-based generator
-    hashes."""
-    # The bases import only the standard library at module level; NumPy is
-    # loaded by the time an operator binds a seed (its kernels need it).
-    from numpy import uint64
-
-    return uint64(int(value) & _MASK64)
+    2**64: the unsigned value the kernels' counter-based generator hashes."""
+    return int(value) & _MASK64
 
 
 def check_logits(operator: Operator, name: str, meta) -> tuple[int, int]:

@@ -27,11 +27,12 @@ from functools import cache
 from infini.ops.core.dtypes import UNSIGNED_INTEGER_DTYPES, dtype_name, is_integer
 from infini.ops.core.manifest import load_torch_metadata
 from infini.ops.core.operator import Operator
+from infini.ops.core.schema import GENERATED_ATEN_CLASS_PREFIX, GENERATED_ATEN_SLOT
 from infini.ops.core.signature import Overload
 from infini.ops.core.streams import stream_context
 
-SLOT = 8
-IMPLEMENTATION_PREFIX = "Aten"
+SLOT = GENERATED_ATEN_SLOT
+IMPLEMENTATION_PREFIX = GENERATED_ATEN_CLASS_PREFIX
 
 # Unsigned types that ATen kernels mostly lack (uint8 is fully supported).
 _WIDE_UNSIGNED = tuple(d for d in UNSIGNED_INTEGER_DTYPES if d != "uint8")

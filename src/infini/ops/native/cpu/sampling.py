@@ -40,17 +40,12 @@ def routine(function):
     return numba.njit(cache=True, nogil=True)(function)
 
 
-def seed_bits(value: int) -> np.uint64:
-    """A Python int (any sign and size) as the 64-bit seed the kernels take."""
-    return np.uint64(int(value) & MASK64)
-
-
-def draw_seed() -> np.uint64:
+def draw_seed() -> int:
     """A seed drawn from torch's default CPU generator (so `torch.manual_seed`
-    makes unseeded sampling reproducible)."""
+    makes unseeded sampling reproducible), modulo 2**64."""
     import torch
 
-    return seed_bits(int(torch.randint(-(2**63), 2**63 - 1, (), dtype=torch.int64)))
+    return int(torch.randint(-(2**63), 2**63 - 1, (), dtype=torch.int64)) & MASK64
 
 
 @helper
@@ -431,8 +426,10 @@ class TopKTopPLaunch:
             self.vocab,
             self.steps,
             self.codes,
-            seed,
-            offset,
+            # Seeds and offsets arrive as Python ints modulo 2**64; the
+            # kernel's generator hashes them as unsigned 64-bit integers.
+            np.uint64(seed),
+            np.uint64(offset),
             joint,
             self.chunks,
         )

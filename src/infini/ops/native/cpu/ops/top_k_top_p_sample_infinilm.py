@@ -5,7 +5,7 @@ from __future__ import annotations
 from infini.ops.base.top_k_top_p_sample_infinilm import TopKTopPSampleInfinilm
 from infini.ops.core.registry import implementation
 from infini.ops.native.cpu.precompile import torch_dtypes
-from infini.ops.native.cpu.sampling import TopKTopPLaunch, seed_bits
+from infini.ops.native.cpu.sampling import TopKTopPLaunch
 
 
 @implementation(operator="top_k_top_p_sample_infinilm", devices=("cpu",), slot=0)
@@ -13,7 +13,6 @@ class CpuTopKTopPSampleInfinilm(TopKTopPLaunch, TopKTopPSampleInfinilm):
     def __init__(self, args) -> None:
         super().__init__(args)
         self.plan(args.logits, args.k, args.p, None, args.out)
-        self.seed, self.offset = seed_bits(args.seed), seed_bits(args.offset)
 
     def launch(self, stream, logits, k, p, out) -> None:
         self.sample(logits, k, p, None, out, self.seed, self.offset, False)

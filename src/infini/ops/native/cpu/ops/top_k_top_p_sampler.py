@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from infini.ops.base.top_k_top_p_sampler import TopKTopPSampler
 from infini.ops.core.registry import implementation
 from infini.ops.native.cpu.precompile import torch_dtypes
@@ -19,7 +17,7 @@ class CpuTopKTopPSampler(TopKTopPLaunch, TopKTopPSampler):
     def launch(self, stream, logits, k, p, out) -> None:
         if self.empty:
             return
-        self.sample(logits, k, p, None, out, draw_seed(), np.uint64(0), False)
+        self.sample(logits, k, p, None, out, draw_seed(), 0, False)
 
     @classmethod
     def precompile(cls) -> int:

@@ -10,7 +10,7 @@ from infini.ops.base.top_k_top_p_sampling_from_logits import (
 )
 from infini.ops.core.registry import implementation
 from infini.ops.native.cpu.precompile import torch_dtypes
-from infini.ops.native.cpu.sampling import TopKTopPLaunch, draw_seed, seed_bits
+from infini.ops.native.cpu.sampling import TopKTopPLaunch, draw_seed
 
 
 @implementation(operator="top_k_top_p_sampling_from_logits", devices=("cpu",), slot=0)
@@ -18,8 +18,6 @@ class CpuTopKTopPSamplingFromLogits(TopKTopPLaunch, TopKTopPSamplingFromLogits):
     def __init__(self, args) -> None:
         super().__init__(args)
         self.plan(args.logits, args.top_k, args.top_p, args.indices, args.out)
-        self.seed = None if args.seed is None else seed_bits(args.seed)
-        self.offset = seed_bits(args.offset or 0)
 
     def launch(self, stream, logits, top_k, top_p, indices, out) -> None:
         if self.empty:
