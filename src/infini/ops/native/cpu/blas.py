@@ -20,7 +20,7 @@ from numba import prange
 
 from infini.ops.core.geometry import span
 
-from .jit import kernel
+from .jit import helper, kernel
 from .numeric import bfloat16_bits_to_float32, float16_bits_to_float32
 
 # The NumPy type a tensor's memory is viewed as: bfloat16 has no NumPy type
@@ -169,11 +169,20 @@ def _narrow_weight_rows(widen):
     return kernel(product, parallel=True, fastmath={"reassoc", "contract"})
 
 
+@helper
+def _float32_as_is(value):
+    return value
+
+
 @cache
 def narrow_weight_kernel(dtype: str):
-    """The kernel multiplying float32 rows by a bfloat16 or float16 weight
-    read in place (compiled on first use, cached on disk)."""
-    widen = bfloat16_bits_to_float32 if dtype == "bfloat16" else float16_bits_to_float32
+    """The kernel multiplying float32 rows by a bfloat16, float16 or float32
+    weight read in place (compiled on first use, cached on disk)."""
+    widen = {
+        "bfloat16": bfloat16_bits_to_float32,
+        "float16": float16_bits_to_float32,
+        "float32": _float32_as_is,
+    }[dtype]
     return _narrow_weight_rows(widen)
 
 
@@ -238,8 +247,15 @@ class MatmulPlan:
         # A 16-bit weight seen transposed (`linear`'s ``weight.T``, unit
         # stride along `k`) times a few rows: read the weight as it is
         # instead of widening all of it to float32 on every call.
+        # So does a float32 weight times 2 to 32 rows: BLAS packs all of the
+        # weight on every call, which costs more than the product itself
+        # (one row takes BLAS's matrix-vector path, which does not).
+        narrow = out.dtype in ("bfloat16", "float16")
+        several_float32_rows = (
+            out.dtype == "float32" and len(a.shape) == 2 and (a.shape[0] >= 2)
+        )
         self.narrow_weight = (
-            out.dtype in ("bfloat16", "float16")
+            (narrow or several_float32_rows)
             and len(a.shape) == 2
             and len(b.shape) == 2
             and len(out.shape) == 2
@@ -256,7 +272,9 @@ class MatmulPlan:
             result = np.zeros(out_view.shape, self.compute)
         elif self.narrow_weight:
             a = np.ascontiguousarray(self.a.load(a_address, self.compute))
-            weight_bits = self.b.raw(b_address).T.view(np.uint16)
+            weight_bits = self.b.raw(b_address).T
+            if self.b.dtype != "float32":
+                weight_bits = weight_bits.view(np.uint16)
             result = np.empty(out_view.shape, self.compute)
             narrow_weight_kernel(self.b.dtype)(a, weight_bits, result)
         else:
