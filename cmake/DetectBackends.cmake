@@ -7,11 +7,11 @@ include(PythonProbe)
 # `_TORCH_PYTHON_COMMAND` in the caller's scope, or fails the configure when an
 # option that needs torch is on and no interpreter can import it.
 #
-# `AUTO_DETECT_BACKENDS` tries the interpreters of contract 4.1 in order; the
-# first that imports `torch` turns `WITH_TORCH` on and serves every later step
-# that needs torch. Without auto-detection only `Python_EXECUTABLE` is
-# checked: it is the interpreter the package is installed for, so it is the
-# one that must import torch at run time.
+# `AUTO_DETECT_BACKENDS` tries the interpreters of docs/behaviour.md, "Device and
+# backend detection" in order; the first that imports `torch` turns `WITH_TORCH`
+# on and serves every later step that needs torch. Without auto-detection only
+# `Python_EXECUTABLE` is checked: it is the interpreter the package is installed
+# for, so it is the one that must import torch at run time.
 function(infini_ops_detect_torch)
   set(needed_by "")
   foreach(option IN ITEMS WITH_TORCH WITH_LINKED)
@@ -148,8 +148,9 @@ function(infini_ops_find_triton_ptxas prefix python_command)
   set(${prefix}_VERSION "${version}" PARENT_SCOPE)
 endfunction()
 
-# Fails the configure unless `WITH_TRITON` has what it needs (contract 5):
-# NVIDIA, Python bindings, the `triton` package and CUDA Toolkit 12.0+.
+# Fails the configure unless `WITH_TRITON` has what it needs (docs/behaviour.md,
+# "Build options"): NVIDIA, Python bindings, the `triton` package and CUDA Toolkit
+# 12.0+.
 function(infini_ops_check_triton)
   if(NOT WITH_NVIDIA)
     message(FATAL_ERROR

@@ -1,4 +1,5 @@
-# Device auto-detection (`AUTO_DETECT_DEVICES`, contract 4.1).
+# Device auto-detection (`AUTO_DETECT_DEVICES`; docs/behaviour.md, "Device and
+# backend detection").
 #
 # What turns a device on:
 #   CPU        always.
@@ -23,7 +24,7 @@ set(INFINI_OPS_DETECT_ROOT "" CACHE PATH
 mark_as_advanced(INFINI_OPS_DETECT_ROOT)
 
 # The GPU options of which at most one may be on; Cambricon is not among them
-# (contract 4.1), but it still makes auto-detection skip NVIDIA.
+# (docs/behaviour.md, "Build options"), but it still makes auto-detection skip NVIDIA.
 set(INFINI_OPS_EXCLUSIVE_GPU_OPTIONS
     WITH_NVIDIA WITH_ILUVATAR WITH_HYGON WITH_THEAD WITH_METAX WITH_MOORE WITH_ASCEND)
 set(INFINI_OPS_ACCELERATOR_OPTIONS ${INFINI_OPS_EXCLUSIVE_GPU_OPTIONS} WITH_CAMBRICON)

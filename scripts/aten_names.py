@@ -42,7 +42,8 @@ def load_torch_op_list(path: Path) -> list[str]:
 
 
 def public_op_name(aten_name: str) -> str:
-    """`_log_softmax` -> `internal_log_softmax`, `add_` -> `add` (contract 3.2)."""
+    """`_log_softmax` -> `internal_log_softmax`, `add_` -> `add`
+    (docs/behaviour.md, "ATen names")."""
     name = aten_name
     if name.endswith("_") and not name.endswith("__"):
         name = name[:-1]
@@ -60,7 +61,8 @@ def aten_names_of(public: str) -> list[str]:
 
 
 def op_namespace_parts(public: str) -> tuple[list[str], str]:
-    """Namespaces and stem of the original's C++ type (contract 3.2)."""
+    """Namespaces and stem of the original's C++ type (docs/behaviour.md, "ATen
+    names")."""
     namespaces, rest = [], public
     if rest.startswith("internal_"):
         namespaces.append("internal")
@@ -83,8 +85,9 @@ def load_aten_op_names(source_dir: Path) -> list[str]:
     """The ATen list as public operator names (`add_` -> `add`, `_x` ->
     `internal_x`): operators whose generated slot-8 implementation is built.
 
-    Read from `scripts/torch_ops.yaml` (contract 3.1), else from the older
-    `scripts/torch_ops.txt` (one name per line, `#` comments); empty without.
+    Read from `scripts/torch_ops.yaml` (docs/behaviour.md, "ATen operator list"), else
+    from the older `scripts/torch_ops.txt` (one name per line, `#` comments); empty
+    without.
     """
     path = source_dir / TORCH_OPS_FILE
     if path.is_file():

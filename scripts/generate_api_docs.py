@@ -18,7 +18,8 @@ from typing import Any
 from build_model import ManifestError, parse_overload, write_text_if_changed
 from source_scan import read_base
 
-# Keyword-only parameters every free function has (contract 1.2).
+# Keyword-only parameters every free function has (docs/behaviour.md, "Public
+# functions").
 _CALL_KEYWORDS = "stream: int = 0, implementation_index: int | None = None"
 
 

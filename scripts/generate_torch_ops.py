@@ -1,14 +1,14 @@
 """Generate the ATen backend metadata (`torch_ops_metadata.json`, slot 8).
 
-For every name of `scripts/torch_ops.yaml` (contract 3) this reads the
-installed torch's own `native_functions.yaml` through `torchgen` (no network),
-keeps the usable `out` (and in-place) schemas, maps them to InfiniOps
-overloads and writes the metadata the package builds its slot-8 operators
-from at import time; no per-operator source is generated.
+For every name of `scripts/torch_ops.yaml` (docs/behaviour.md, "ATen backend") this
+reads the installed torch's own `native_functions.yaml` through `torchgen` (no network),
+keeps the usable `out` (and in-place) schemas, maps them to InfiniOps overloads and
+writes the metadata the package builds its slot-8 operators from at import time; no
+per-operator source is generated.
 
-- Types map as in contract 3.3; `Generator?`, `Layout?`, `Device?` and
-  `MemoryFormat?` are hidden (passed to ATen as `None`), `self` is renamed
-  `input`, outputs come last.
+- Types map as in docs/behaviour.md, "ATen schemas and types"; `Generator?`,
+  `Layout?`, `Device?` and `MemoryFormat?` are hidden (passed to ATen as
+  `None`), `self` is renamed `input`, outputs come last.
 - A schema is kept when all its visible types are supported and it is
   testable (an output, and a tensor or tensor list first); overloads whose
   visible type sequence collides are de-duplicated (the unsuffixed `out` wins,
@@ -352,8 +352,8 @@ def deduplicate(schemas: Iterable[Schema]) -> list[Schema]:
 
 
 def binding_order(overloads: Sequence[Schema]) -> list[Schema]:
-    """Contract 1.2: fewer tensor-like parameters first, then more parameters;
-    stable otherwise."""
+    """Binding order (docs/behaviour.md, "Overload binding"): fewer tensor-like
+    parameters first, then more parameters; stable otherwise."""
     return sorted(
         overloads,
         key=lambda s: (sum(p.is_tensor for p in s.params), -len(s.params)),

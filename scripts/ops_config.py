@@ -1,7 +1,7 @@
 """Reading `ops.json` operator selections and the slots of implementation modules.
 
 An `ops.json` file maps operator names to the implementations a build keeps
-(contract 4.2)::
+(docs/behaviour.md, "ops.json")::
 
     {
       "add": {"implementations": "all"},
@@ -177,7 +177,7 @@ def _normalise_slots(
 
 
 def load_ops_config(path: str | Path) -> dict[str, dict[str, Any]]:
-    """Read and validate an operator selection file (contract 4.2).
+    """Read and validate an operator selection file (docs/behaviour.md, "ops.json").
 
     Returns ``{op: {"headers": list | None, "implementations": tuple | None}}``:
     ``headers`` lists the explicit implementation modules (strings or
@@ -344,7 +344,7 @@ def _read_decorator(
 
 
 def implementation_slot(path: str | Path) -> int:
-    """The one implementation slot a module declares (contract 4.2).
+    """The one implementation slot a module declares (docs/behaviour.md, "ops.json").
 
     The legacy path forms of `ops.json` select a module as a whole, so the
     module must bind exactly one slot (for any number of devices).

@@ -1,10 +1,10 @@
 """Select what a build contains: the active implementations of each operator.
 
-Selection follows contract 4.2: an `ops.json` config (`--ops-config`) acts as
-an allowlist of operators and slots, then the inline allowlist (`--ops`, or
-the smoke list under `--smoke`) filters the result, warning about names that
-are not available. The generated ATen slot is selected from the ATen list,
-the config and `INFINI_OPS_TORCH_OPS`.
+Selection follows docs/behaviour.md, "Selection rules": an `ops.json` config
+(`--ops-config`) acts as an allowlist of operators and slots, then the inline allowlist
+(`--ops`, or the smoke list under `--smoke`) filters the result, warning about names
+that are not available. The generated ATen slot is selected from the ATen list, the
+config and `INFINI_OPS_TORCH_OPS`.
 """
 
 from __future__ import annotations
@@ -65,9 +65,9 @@ SMOKE_TORCH_OPS = ("abs", "clamp", "exp", "relu")
 
 
 def aten_op_selection(source_dir: Path, configuration: BuildConfiguration) -> set[str]:
-    """Public names that get the generated ATen slot (contract 4.2): the ATen
-    list, or what an `ops.json` selects for slot 8, then intersected with the
-    `INFINI_OPS_TORCH_OPS` allowlist (the smoke set in a smoke build)."""
+    """Public names that get the generated ATen slot (docs/behaviour.md, "Selection
+    rules"): the ATen list, or what an `ops.json` selects for slot 8, then intersected
+    with the `INFINI_OPS_TORCH_OPS` allowlist (the smoke set in a smoke build)."""
     config_path = configuration.ops_config
     config = load_ops_config(config_path) if config_path is not None else None
     selected = set(torch_op_names(config, load_aten_op_names(source_dir)))
@@ -115,7 +115,7 @@ def generated_aten_operators(
 
 
 def smoke_ops(devices: Sequence[str], with_torch: bool) -> list[str]:
-    """The operator allowlist of a smoke build (contract 4.2)."""
+    """The operator allowlist of a smoke build (docs/behaviour.md, "Smoke builds")."""
     ops = list(SMOKE_OPS)
     if "nvidia" in devices:
         ops += SMOKE_NVIDIA_OPS
@@ -208,7 +208,8 @@ def select_implementations(
     configuration: BuildConfiguration,
     warn: Callable[[str], None],
 ) -> dict[str, list[Implementation]]:
-    """The active implementations of each selected operator (contract 4.2)."""
+    """The active implementations of each selected operator (docs/behaviour.md,
+    "Selection rules")."""
     config_path = configuration.ops_config
     config = load_ops_config(config_path) if config_path is not None else None
 

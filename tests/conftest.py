@@ -1,4 +1,4 @@
-"""The test harness (contract section 8).
+"""The test harness (docs/behaviour.md, "Test harness").
 
 - `--devices`: platform names (nvidia, iluvatar, ..., cambricon, ascend) or
   torch device types; unavailable ones are dropped.

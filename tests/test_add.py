@@ -19,7 +19,7 @@ SHAPES_AND_STRIDES = [
 
 
 # The Triton JIT implementation needs one shape, contiguous tensors and
-# `alpha` 1 (contract 5); it rejects anything else.
+# `alpha` 1 (docs/behaviour.md, "Triton JIT backend"); it rejects anything else.
 TRITON_JIT_SLOT = 10
 
 

@@ -1,4 +1,5 @@
-"""`argsort` (contract 2.4): the current and the deprecated argument order."""
+"""`argsort` (docs/behaviour.md, "Overload binding"): the current and the deprecated
+argument order."""
 
 import pytest
 import torch

@@ -48,7 +48,7 @@ def _torch_fill(input, value, out, implementation_index):
 )
 def test_fill(shape, strides, value, dtype, device, implementation_index):
     out = randn_strided(shape, strides, dtype=dtype, device=device)
-    # `out is input`, as the contract's tests call it.
+    # `out is input`, the usual way to call `fill`.
     return Payload(
         _fill, _torch_fill, (out, value, out, implementation_index), rtol=0, atol=0
     )

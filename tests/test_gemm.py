@@ -43,7 +43,7 @@ def _params():
     for *case, smoke in CASES:
         for scalars in SCALARS:
             for dtype, rtol, atol in DTYPES:
-                # The contract's smoke cases: float32, no transposes, alpha 1,
+                # The original's smoke cases: float32, no transposes, alpha 1,
                 # beta 1 for a(1, 2048) b(2048, 2048) and 0 for the batched one.
                 beta = 1.0 if case[0] == (1, 2048) else 0.0
                 wanted = smoke and scalars == (1.0, beta, False, False)
@@ -190,8 +190,8 @@ def test_gemm_class_builds_once_and_runs(device):
 
 @pytest.mark.smoke
 def test_gemm_inactive_platforms_report_no_implementations():
-    # Contract 1.5: platforms outside the build have no slots; the CPU has
-    # the native slot, plus the hand-written torch one (2) with torch.
+    # docs/behaviour.md, "Operator classes": platforms outside the build have no slots;
+    # the CPU has the native slot, plus the hand-written torch one (2) with torch.
     manifest = load_manifest()
     for platform in ("nvidia", "iluvatar"):
         if platform not in manifest["devices"]:

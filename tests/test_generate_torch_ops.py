@@ -1,5 +1,6 @@
 """`scripts/generate_torch_ops.py`: the ATen backend's schema selection and
-metadata, and how the manifest takes it in (contract 3 and 4.2)."""
+metadata, and how the manifest takes it in (docs/behaviour.md, "ATen backend" and
+"Selection rules")."""
 
 from __future__ import annotations
 
@@ -102,7 +103,7 @@ def test_type_mapping(aten_type, mapped):
     assert gen.map_type(aten_type) == mapped
 
 
-def test_full_list_generates_495_operators_and_the_contract_skips(functions):
+def test_full_list_generates_495_operators_and_the_known_skips(functions):
     names = gen.load_torch_op_list(SCRIPTS / "torch_ops.yaml")
     result = gen.generate(names, functions)
     assert len(result.operators) >= 495

@@ -1,4 +1,5 @@
-"""Tests of `scripts/ops_config.py`: `ops.json` validation (contract 4.2)."""
+"""Tests of `scripts/ops_config.py`: `ops.json` validation (docs/behaviour.md,
+"ops.json")."""
 
 from __future__ import annotations
 

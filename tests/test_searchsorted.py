@@ -1,4 +1,5 @@
-"""`searchsorted` (contract 2.4): the four overloads in binding order."""
+"""`searchsorted` (docs/behaviour.md, "Operators with several call forms"): the four
+overloads in binding order."""
 
 import pytest
 import torch

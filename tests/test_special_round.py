@@ -1,4 +1,5 @@
-"""`special_round` and `round` (contract 2.4): both overloads, at slot 8."""
+"""`special_round` and `round` (docs/behaviour.md, "Operators with several call forms"):
+both overloads, at slot 8."""
 
 import pytest
 import torch

@@ -1,4 +1,5 @@
-"""`tensordot` (contract 2.4): explicit lists, a count, and a pair of lists."""
+"""`tensordot` (docs/behaviour.md, "Operators with several call forms"): explicit lists,
+a count, and a pair of lists."""
 
 import pytest
 import torch

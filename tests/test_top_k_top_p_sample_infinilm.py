@@ -14,7 +14,7 @@ def _sample(logits, k, p, seed, offset, out, index=None):
 
 @pytest.mark.smoke
 def test_top_k_top_p_sample_infinilm_seeds(device, implementation_index):
-    # The contract's check: equal seeds agree, different seeds differ on a
+    # The original's check: equal seeds agree, different seeds differ on a
     # uniform 64 x 16 batch.
     logits = torch.zeros(64, 16, device=device)
     out = torch.empty(64, dtype=torch.int64, device=device)

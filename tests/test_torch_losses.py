@@ -1,5 +1,5 @@
-"""The loss operators (contract 2.4): PyTorch's overload with `reduction` as
-a string and the legacy `size_average`/`reduce` flags, and the original's
+"""The loss operators (docs/behaviour.md, "Loss reductions"): PyTorch's overload with
+`reduction` as a string and the legacy `size_average`/`reduce` flags, and the original's
 deprecated overload with ATen's integer `reduction` (0 none, 1 mean, 2 sum)."""
 
 import pytest
@@ -100,7 +100,8 @@ def _skip_if_missing(name):
 
 def _out_and_check(name, input, target, weight, reduction):
     """`out` and a check of it: ATen uses `out` as elementwise scratch for
-    the reduced forms, so those read ``out.flatten()[0]`` (contract 2.4)."""
+    the reduced forms, so those read ``out.flatten()[0]`` (docs/behaviour.md, "Loss
+    reductions")."""
     expected = _reference(name, input, target, weight, reduction)
     out = torch.empty_like(_reference(name, input, target, weight, "none"))
 

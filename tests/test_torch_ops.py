@@ -1,12 +1,11 @@
 """Every generated ATen operator (slot 8) against its PyTorch reference.
 
-Walks `torch_ops_metadata.json` (contract 3.5): for the first overload of each
-ATen name, builds inputs from the parameter types, runs the torch reference
-(`torch`, `torch.special`, `torch.linalg`, `torch.fft`, `torch.nn.functional`,
-or the Tensor method for in-place forms), then ours with
-``implementation_index=8`` into outputs shaped like the reference's, and
-compares. Skips always say why: no reference, random operator, unsupported
-dtype, inputs the reference rejects.
+Walks `torch_ops_metadata.json` (docs/behaviour.md, "ATen operator tests"): for the
+first overload of each ATen name, builds inputs from the parameter types, runs the torch
+reference (`torch`, `torch.special`, `torch.linalg`, `torch.fft`, `torch.nn.functional`,
+or the Tensor method for in-place forms), then ours with ``implementation_index=8`` into
+outputs shaped like the reference's, and compares. Skips always say why: no reference,
+random operator, unsupported dtype, inputs the reference rejects.
 """
 
 from __future__ import annotations
@@ -29,7 +28,8 @@ DTYPES = [
     pytest.param(torch.float16, 1e-2, 1e-2, id="float16"),
     pytest.param(torch.bfloat16, 1e-2, 1e-2, id="bfloat16"),
 ]
-# `tests/conftest.py` and the smoke build's torch set (contract 4.2).
+# `tests/conftest.py` and the smoke build's torch set (docs/behaviour.md, "Smoke
+# builds").
 SMOKE_OPS = ("abs", "clamp", "exp", "relu")
 
 # Reductions whose fp16/bf16 results depend on the summation order more than

@@ -1,5 +1,6 @@
-"""The unary ATen operators with their own bases in the original (contract
-2.4), at slot 8: strided inputs, the three float dtypes, special values."""
+"""The unary ATen operators with their own bases in the original (docs/behaviour.md,
+"ATen schemas and types"), at slot 8: strided inputs, the three float dtypes, special
+values."""
 
 import math
 

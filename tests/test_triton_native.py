@@ -363,7 +363,8 @@ def test_a_missing_cuda_device_is_reported_clearly(tmp_path):
 import torch, infini.ops
 
 class CudaLooking:
-    # What a CUDA tensor shows the binder (duck typing, contract 1.3).
+    # What a CUDA tensor shows the binder (duck typing; docs/behaviour.md, "Tensor
+    # arguments").
     shape = (4,)
     dtype = torch.float32
     device = torch.device("cuda", 0)

@@ -1,4 +1,5 @@
-"""The legacy `reduction` rules shared by the loss operators (contract 2.4).
+"""The legacy `reduction` rules shared by the loss operators (docs/behaviour.md, "Loss
+reductions").
 
 Each loss has a PyTorch-compatible overload (`size_average`, `reduce`,
 `reduction` as a string) and the original's deprecated one (`reduction` as

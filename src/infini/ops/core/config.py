@@ -3,7 +3,7 @@
 It lives in the core because the schema is checked whatever the slot a call
 takes, before anything is built.
 
-Two forms (contract 5.1):
+Two forms (docs/behaviour.md, "Triton JIT config"):
 
 - a compile config ``{"num_warps": int, "num_stages": int, "constexprs":
   {name: int}}``, every key optional (4, 3 and the kernel's defaults);

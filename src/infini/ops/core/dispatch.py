@@ -310,7 +310,7 @@ class OperatorEntry:
             config = kwargs.pop("config")
             if config is not None:
                 # A config call builds its own operator and never uses the
-                # cache (contract 5.1).
+                # cache (docs/behaviour.md, "Triton JIT config").
                 return self._call_with_config(
                     args, kwargs, stream, implementation_index, config
                 )
@@ -490,8 +490,8 @@ class OperatorEntry:
             raise OperatorError(
                 self.name, f"`config` must be a dict, got {describe_value(config)}."
             )
-        # The schema is checked whatever the slot (contract 5.1), before
-        # anything is built.
+        # The schema is checked whatever the slot (docs/behaviour.md, "Triton JIT
+        # config"), before anything is built.
         config = parse_config(config)
         bound, values = self._resolve(args, kwargs)
         operator = self._build(bound, values, implementation_index, config)

@@ -25,7 +25,7 @@ MANIFEST_PATH = Path(
 
 # The ATen backend's metadata (`scripts/generate_torch_ops.py`) lies beside the
 # manifest a source checkout points at, and in `infini/ops/` when installed
-# (contract 1.1: beside the package's `__init__.py`).
+# (beside the package's `__init__.py`; docs/behaviour.md, "Package layout").
 TORCH_METADATA_PATH = (
     MANIFEST_PATH.parent / TORCH_METADATA_NAME
     if os.environ.get("INFINI_OPS_MANIFEST")

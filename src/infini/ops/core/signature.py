@@ -6,7 +6,7 @@ type marks a tensor the operator writes, `= value` a default, and every
 optional (`X|None`) parameter defaults to `None`.
 
 Binding emulates pybind11: overloads are tried in order, first with the strict
-rules, then with the lenient ones (see `CONTRACT.md` 1.2).
+rules, then with the lenient ones (see docs/behaviour.md, "Overload binding").
 """
 
 from __future__ import annotations

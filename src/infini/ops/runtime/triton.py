@@ -30,10 +30,10 @@ on the device, decided once in `bind`:
   through Triton's interpreter. Everything else (planning, arguments, grids,
   staging) is the code that runs on GPUs.
 
-A `stream` of 0 means the legacy default stream (contract 1.7); a non-zero
-`stream` is the raw handle the work is queued on. Torch work a launch needs
-(staging copies) runs under `infini.ops.core.streams.stream_context`, which
-wraps the handle as torch's external stream.
+A `stream` of 0 means the legacy default stream (docs/behaviour.md, "Streams"); a
+non-zero `stream` is the raw handle the work is queued on. Torch work a launch needs
+(staging copies) runs under `infini.ops.core.streams.stream_context`, which wraps the
+handle as torch's external stream.
 
 Triton itself is imported when a kernel is first compiled or launched, so
 that a missing `triton` is reported with the fix (`triton_module`).
@@ -219,7 +219,7 @@ def ast_source(fn, arguments, constexprs: dict, aligned: bool):
 
 
 def unwrap_jit(fn):
-    """The `JITFunction` under decorators (contract 5.2: unwrap `.fn`)."""
+    """The `JITFunction` under decorators (unwrapping `.fn` through the decorators)."""
     from triton.runtime.jit import JITFunction
 
     while not isinstance(fn, JITFunction) and hasattr(fn, "fn"):

@@ -267,7 +267,7 @@ def _plan(public, entry, values, tensor_sources, canonical_tensors):
     arguments = ", ".join(positional + keywords)
 
     body: list[str] = []
-    # Aliasing (contract departure 6): an input that overlaps a written tensor
+    # Aliasing (docs/behaviour.md, "Aliasing"): an input that overlaps a written tensor
     # is read from a copy, so results are as if every input were read first.
     # Geometry is fixed per built operator, so only data pointers are compared.
     written = [

@@ -25,7 +25,7 @@ from .numeric import (
 )
 
 # The type arithmetic runs in: float32 for 16-bit floats (upcast first, as the
-# contract's references do), the dtype itself otherwise.
+# tests' PyTorch references do), the dtype itself otherwise.
 COMPUTE = {
     "int8": np.int8,
     "int16": np.int16,

@@ -112,7 +112,8 @@ def read_kernel_artifact(identity_text: str) -> tuple[dict, Path, Path] | None:
             return None
     if record["num_warps"] == 0:
         return None
-    # Kernels needing scratch memory are refused (contract 5.2).
+    # Kernels needing scratch memory are refused (docs/behaviour.md, "Triton kernel
+    # cache").
     if record["global_scratch_size"] or record["profile_scratch_size"]:
         return None
     if not isinstance(record.get("target"), dict):

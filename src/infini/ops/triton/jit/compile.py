@@ -1,12 +1,11 @@
 """Compiling Triton JIT kernels, with the on-disk cache of `cache.py`.
 
-A kernel is identified (contract 5.2) by the length-prefixed fields
-``kernel-v1``, the target's backend, architecture and warp size, the
-compilation fingerprint, the operator, the runtime signature and the config
-(warps, stages, constexpr count, name/value pairs). The fingerprint is the
-SHA-256 of the Triton version, this file's bytes and the kernel's
-`cache_key` (its source and dependencies), so upgrading Triton, this
-compiler or a kernel never reuses an old binary.
+A kernel is identified (docs/behaviour.md, "Triton kernel cache") by the length-prefixed
+fields ``kernel-v1``, the target's backend, architecture and warp size, the compilation
+fingerprint, the operator, the runtime signature and the config (warps, stages,
+constexpr count, name/value pairs). The fingerprint is the SHA-256 of the Triton
+version, this file's bytes and the kernel's `cache_key` (its source and dependencies),
+so upgrading Triton, this compiler or a kernel never reuses an old binary.
 """
 
 from __future__ import annotations
@@ -54,10 +53,10 @@ def jit_function(kernel):
 
 @cache
 def fingerprint(kernel) -> str:
-    """The compilation fingerprint of `kernel` (contract 5.2). The
-    interpreter test mode cannot compute Triton's `cache_key` (its standard
-    library is interpreted there) and uses the kernel's source instead; its
-    identities are its own."""
+    """The compilation fingerprint of `kernel` (docs/behaviour.md, "Triton kernel
+    cache"). The interpreter test mode cannot compute Triton's `cache_key` (its standard
+    library is interpreted there) and uses the kernel's source instead; its identities
+    are its own."""
     digest = hashlib.sha256()
     digest.update(f"triton={triton_module().__version__}\n".encode())
     digest.update(b"compiler\0" + _COMPILER_SOURCE)

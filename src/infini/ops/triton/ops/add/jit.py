@@ -1,8 +1,8 @@
 """Triton JIT `add` (slot 10, NVIDIA): a masked elementwise add.
 
-As in the original (contract 5): all tensors contiguous with one shape and
-`alpha` 1; here anything else is a `ValueError` rather than a silent no-op.
-Default config: 4 warps, 3 stages, ``BLOCK_SIZE=1024``; the tuning value is
+As in the original (docs/behaviour.md, "Triton JIT backend"): all tensors contiguous
+with one shape and `alpha` 1; here anything else is a `ValueError` rather than a silent
+no-op. Default config: 4 warps, 3 stages, ``BLOCK_SIZE=1024``; the tuning value is
 `num_elements`.
 """
 
