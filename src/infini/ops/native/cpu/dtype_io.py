@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from .jit import helper
+from .memory import STORAGE
 from .numeric import (
     bfloat16_bits_to_float32,
     bits_float32,
@@ -26,21 +27,7 @@ from .numeric import (
 
 # The type arithmetic runs in: float32 for 16-bit floats (upcast first, as the
 # tests' PyTorch references do), the dtype itself otherwise.
-COMPUTE = {
-    "int8": np.int8,
-    "int16": np.int16,
-    "int32": np.int32,
-    "int64": np.int64,
-    "uint8": np.uint8,
-    "uint16": np.uint16,
-    "uint32": np.uint32,
-    "uint64": np.uint64,
-    "float16": np.float32,
-    "bfloat16": np.float32,
-    "float32": np.float32,
-    "float64": np.float64,
-    "bool": np.uint8,
-}
+COMPUTE = {**STORAGE, "float16": np.float32, "bfloat16": np.float32}
 
 # Unsigned storage types by element size: copies move bit patterns, so one
 # kernel per size serves every dtype (and keeps NaN payloads intact).
