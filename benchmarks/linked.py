@@ -210,7 +210,7 @@ def run(tokens_list, dtypes, rounds) -> list[dict]:
                 print(
                     f"{name:20} {row['dtype']:9} {label:42} linked "
                     f"{linked * 1e6:9.1f} us  ours {native * 1e6:9.1f} us  torch "
-                    f"{reference * 1e6:9.1f} us  ours/linked x{linked / native:5.2f}",
+                    f"{reference * 1e6:9.1f} us  ours/linked x{native / linked:5.2f}",
                     flush=True,
                 )
     return rows

@@ -267,3 +267,33 @@ def test_info_lists_the_linked_providers(capsys):
     printed = capsys.readouterr().out
     assert "linked libraries" in printed
     assert "rms_norm on cpu at slot 16: vllm (torch)" in printed
+
+
+def test_symbol_bindings_call_the_dispatcher_registration(monkeypatch):
+    """A `torch` binding that lists C++ symbols (the MetaX and Moore vLLM
+    contracts) names the dispatcher operator that calls them."""
+    _require(infini.ops.RmsNorm)
+    from infini.ops.core.manifest import load_manifest
+    from infini.ops.linked import transports
+
+    (library,) = [
+        lib for lib in load_manifest()["linked"]["libraries"] if lib["name"] == "vllm"
+    ]
+    binding = {
+        "contract": "fixture.yaml",
+        "library": "vllm",
+        "transport": "torch",
+        "required_symbols": [
+            "rms_norm(at::Tensor&, at::Tensor&, std::optional<at::Tensor>, double)"
+        ],
+    }
+    monkeypatch.setattr(transports, "binding_of", lambda module, device: binding)
+    monkeypatch.setattr(transports, "library_of", lambda module, device: library)
+    with pytest.raises(ImportError, match="has no `operator_schema`"):
+        transports.dispatcher_operator("fixture", "cpu")
+    kernel = transports.dispatcher_operator("fixture", "cpu", "_C::rms_norm")
+    x, weight = torch.randn(3, 64), torch.rand(64)
+    out = torch.empty_like(x)
+    kernel(out, x, weight, 1e-6)
+    expected = torch.nn.functional.rms_norm(x, (64,), weight, 1e-6)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)

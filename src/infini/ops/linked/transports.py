@@ -64,13 +64,26 @@ def _registered(qualified_name: str) -> bool:
     return True
 
 
-def dispatcher_operator(module: str, device: str):
+def dispatcher_operator(module: str, device: str, qualified_name: str | None = None):
     """The `torch.ops` overload a dispatcher binding calls, loading its
-    library on first use."""
+    library on first use.
+
+    A binding with an `operator_schema` names its operator; one with
+    `required_symbols` (C++ functions taking `at::Tensor`, which `ctypes`
+    cannot call) passes `qualified_name`, the operator under which the same
+    library registers those functions with the dispatcher."""
     import torch
 
     binding = binding_of(module, device)
-    qualified, _, _ = binding["operator_schema"].partition("(")
+    if "operator_schema" in binding:
+        qualified = binding["operator_schema"].partition("(")[0]
+    elif qualified_name:
+        qualified = qualified_name
+    else:
+        raise ImportError(
+            f"{binding['contract']} has no `operator_schema`: the adapter must name "
+            "the dispatcher operator that calls its symbols"
+        )
     name, _, overload = qualified.partition(".")
     with _LOCK:
         if not _registered(name):

@@ -1,0 +1,11 @@
+"""vLLM's `silu_and_mul` on Metax GPUs (slot 16)."""
+
+from __future__ import annotations
+
+from infini.ops.core.registry import implementation
+from infini.ops.linked.torch.vllm_device import VllmDeviceSiluAndMul
+
+
+@implementation(operator="silu_and_mul", devices=("metax",), slot=16)
+class MetaxVllmSiluAndMul(VllmDeviceSiluAndMul):
+    """`_C::silu_and_mul` from the Metax build of vLLM."""
