@@ -1,0 +1,18 @@
+"""The NineToothed backend (slot 9, NVIDIA; `WITH_NINETOOTHED=ON`).
+
+Each operator module under `ops/` holds an *arrangement* (how its tensors
+are tiled into the blocks one program handles) and an *application* (what a
+program computes), written with the `ninetoothed` package, and its
+implementation class. What they share:
+
+- `generation.py`: NineToothed's code generator run without a device, the
+  generated source adapted to our launch path, generated once per process
+  and cached on disk;
+- `cache.py`: the cache directory and atomic writes;
+- `launch.py`: binding a generated kernel once per geometry through
+  `infini.ops.runtime.triton`, the launch runtime of the native Triton
+  kernels;
+- `language.py`: the `@triton.jit` helpers applications call (upcasting
+  16-bit floats, rounding on the store);
+- `aot.py`: the ahead-of-time variants (`scripts/generate_ninetoothed.py`).
+"""

@@ -1,0 +1,49 @@
+"""`@triton.jit` helpers the NineToothed applications call.
+
+NineToothed copies every `@triton.jit` function an application's module
+holds into the generated source, so these are compiled with each kernel.
+They keep the arithmetic rules of the other Triton kernels of InfiniOps:
+16-bit floats are upcast to float32 before any arithmetic (bfloat16
+arithmetic is wrong under Triton's interpreter) and results are rounded once
+when stored, bfloat16 to nearest even.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def upcast(value):
+    """`value` in its compute type: float32 for 16-bit and 32-bit floats,
+    float64 for float64, integers unchanged. bfloat16 moves its bits into
+    the upper half of a float32, exactly (the interpreter's `.to` mishandles
+    subnormals)."""
+    if value.dtype == tl.bfloat16:
+        bits = value.to(tl.uint16, bitcast=True).to(tl.uint32) << 16
+        return bits.to(tl.float32, bitcast=True)
+    elif value.dtype == tl.float16:
+        return value.to(tl.float32)
+    else:
+        return value
+
+
+@triton.jit
+def downcast(value, element):
+    """`value` converted to the element type `element` of an output,
+    bfloat16 rounded to nearest even from float32 (NaN to 0x7FC0, as torch
+    does; the interpreter would truncate)."""
+    if element == tl.bfloat16:
+        bits = value.to(tl.float32).to(tl.uint32, bitcast=True)
+        rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+        upper = tl.where(value != value, 0x7FC0, rounded)
+        return upper.to(tl.uint16).to(tl.bfloat16, bitcast=True)
+    else:
+        return value.to(element)
+
+
+@triton.jit
+def store_rounded(pointer, value, mask):
+    """Stores `value` through `pointer`, rounded by `downcast`."""
+    tl.store(pointer, downcast(value, pointer.dtype.element_ty), mask=mask)

@@ -1,0 +1,1 @@
+"""NineToothed kernels, one module per operator."""
