@@ -368,7 +368,10 @@ def plot(rows, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [f"{r['dtype'][:4]}\np{r['prompt']} b{r['batch']}" for r in rows]
+    short = {"float32": "fp32", "bfloat16": "bf16"}
+    labels = [
+        f"{short[r['dtype']]}\nprompt {r['prompt']}\nbatch {r['batch']}" for r in rows
+    ]
     positions = np.arange(len(rows))
     figure, axes = plt.subplots(figsize=(max(8, 0.7 * len(rows) + 2), 5))
     width = 0.27
