@@ -52,8 +52,8 @@ class ElementwiseLaunch:
 
     `inputs` maps each tensor parameter name of the application to its
     `TensorMeta`, `scalars` each scalar parameter to its value (`out` is the
-    application's output parameter). Call it as ``launch(stream, out,
-    *inputs)`` with the tensors in the order of `inputs`.
+    application's output parameter). Call it as ``launch(stream, *inputs,
+    out)``, the operator's order.
     """
 
     def __init__(
@@ -64,7 +64,6 @@ class ElementwiseLaunch:
         out,
         inputs: dict,
         scalars: dict | None = None,
-        parameter_order: tuple[str, ...] | None = None,
     ) -> None:
         require_device(operator.name, operator.device)
         scalars = dict(scalars or {})
@@ -88,7 +87,8 @@ class ElementwiseLaunch:
             if INTERPRETER
             else GPU_BLOCK
         )
-        order = parameter_order or (*inputs, *scalars, "out")
+        # The kernel's pointers come in spec order: the inputs, then `out`.
+        order = (*inputs, *scalars, "out")
         specs = tuple(
             TensorSpec(key, 0) if key in scalars else TensorSpec(key, ndim)
             for key in order
@@ -101,29 +101,24 @@ class ElementwiseLaunch:
             else tensor_operand(tensors[key], coalesced, tensor_strides[key])
             for key in order
         }
-        self.tensor_order = tuple(key for key in order if key not in scalars)
         self.empty = numel == 0
         if not self.empty:
             source = kernel_source(
                 name, elementwise_arrangement, application, specs, {"block": block}
             )
             self.launch = bind_kernel(source, operands, self.device)
-        # The positions of `out` and the inputs in the kernel's pointer order.
-        names = ("out", *inputs)
-        self._positions = tuple(names.index(key) for key in self.tensor_order)
         self.overlap = OverlapGuard(out, tuple(inputs.values()))
 
-    def __call__(self, stream: int, out, *inputs) -> None:
+    def __call__(self, stream: int, *tensors) -> None:
+        """Runs on the caller's tensors, in the operator's order: the inputs
+        (in the order of `inputs`), then `out`."""
         if self.empty:
             return
+        *inputs, out = tensors
         if self.overlap(out, inputs):
             with stream_context(self.device, stream):
                 staging = staging_like(out)
-                self._run(stream, staging, inputs)
+                self.launch(stream, *inputs, staging)
                 out.copy_(staging)
             return
-        self._run(stream, out, inputs)
-
-    def _run(self, stream, out, inputs) -> None:
-        tensors = (out, *inputs)
-        self.launch(stream, *[tensors[i] for i in self._positions])
+        self.launch(stream, *tensors)

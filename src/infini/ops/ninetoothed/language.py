@@ -47,3 +47,12 @@ def downcast(value, element):
 def store_rounded(pointer, value, mask):
     """Stores `value` through `pointer`, rounded by `downcast`."""
     tl.store(pointer, downcast(value, pointer.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def silu(x):
+    """``x / (1 + exp(-x))`` in float64, rounded once by the store: full
+    precision down to the subnormal range (float32 `exp(-x)` would lose the
+    tail below -87), and NaN for -inf as torch gives."""
+    wide = x.to(tl.float64)
+    return wide / (1.0 + tl.exp(-wide))

@@ -1,0 +1,129 @@
+"""Host time of a cached slot-9 (NineToothed) call, with the launch stubbed.
+
+No GPU is needed: under `INFINI_OPS_TRITON_INTERPRET=1` CPU tensors stand in
+for NVIDIA ones, and the launch runtime is made to take its NVIDIA path
+(`Launch._direct`: data pointers into the argument template, alignment
+check, the compiled kernel's launcher) with a compiled kernel whose `run`
+does nothing. What is measured is therefore everything our code does on the
+host for a cached call (binder, dispatch cache, the operator's `launch`, the
+bound launch) except the driver's kernel launch itself. Slot 0 (the native
+Triton kernel, the same launch path) is measured the same way beside it.
+
+    INFINI_OPS_TRITON_INTERPRET=1 INFINI_OPS_MANIFEST=<manifest with
+    --with-ninetoothed> python benchmarks/ninetoothed_host_overhead.py
+    [--rounds 20] [--calls 5000] [--write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results" / "ninetoothed_host_overhead.md"
+
+
+class _StubbedKernel:
+    """What `Launch._direct` reads from a compiled kernel; `run` is a no-op."""
+
+    function = None
+    packed_metadata = None
+
+    @staticmethod
+    def run(*arguments) -> None:
+        return None
+
+
+def _stub_launches() -> None:
+    from infini.ops.runtime import triton as runtime
+
+    runtime.uses_direct_launch = lambda device: True
+    runtime.compile_for_device = lambda *arguments: _StubbedKernel()
+    runtime._gpu_count = lambda: 1
+
+
+def _best(function, rounds: int, calls: int) -> float:
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(calls):
+            function()
+        best = min(best, (time.perf_counter() - start) / calls)
+    return best * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--calls", type=int, default=5000)
+    parser.add_argument("--write", action="store_true", help=f"append to {RESULTS}")
+    options = parser.parse_args()
+
+    import torch
+
+    import infini.ops
+    from infini.ops.core.devices import TRITON_INTERPRETER
+
+    if not TRITON_INTERPRETER:
+        sys.exit("run with INFINI_OPS_TRITON_INTERPRET=1 (see the docstring)")
+    _stub_launches()
+    torch.set_num_threads(1)
+    x, w = torch.randn(4, 4096), torch.randn(4096)
+    a, b = torch.randn(4, 4096), torch.randn(4, 4096)
+    out = torch.empty(4, 4096)
+    cases = {}
+    for slot in (0, 9):
+        cases[f"`rms_norm` (4, 4096) fp32, slot {slot}"] = lambda slot=slot: (
+            infini.ops.rms_norm(x, w, 1e-6, out, implementation_index=slot)
+        )
+        cases[f"`add` (4, 4096) fp32, slot {slot}"] = lambda slot=slot: infini.ops.add(
+            a, b, out, implementation_index=slot
+        )
+    gated = torch.cat([a, b], -1)
+    cases["`silu_and_mul` (4, 8192) -> (4, 4096) fp32, slot 9"] = lambda: (
+        infini.ops.silu_and_mul(gated, out, implementation_index=9)
+    )
+    cases["`silu_and_mul` (4, 8192) -> (4, 4096) fp32, slot 0"] = lambda: (
+        infini.ops.silu_and_mul(gated, out, implementation_index=0)
+    )
+    # The machine's speed at the time: a small torch call on the same tensors.
+    cases["`torch.add(..., out=)` (4, 4096) fp32, CPU (reference)"] = lambda: torch.add(
+        a, b, out=out
+    )
+    for function in cases.values():
+        function()  # builds and caches the operator (and generates slot 9)
+    results = {
+        name: _best(f, options.rounds, options.calls) for name, f in cases.items()
+    }
+    lines = [
+        f"## {date.today()} on {platform.machine()} "
+        f"({platform.processor() or 'unknown CPU'}), launch stubbed",
+        "",
+        f"Python {platform.python_version()}, torch {torch.__version__}; "
+        f"{options.rounds} rounds x {options.calls} calls, minimum of the "
+        "per-round mean.",
+        "",
+        "| call | µs per call (host, launch stubbed) |",
+        "|---|---|",
+        *(f"| {name} | {value:.2f} |" for name, value in results.items()),
+        "",
+    ]
+    text = "\n".join(lines)
+    print(text)
+    if options.write:
+        if not RESULTS.exists():
+            RESULTS.write_text(
+                "# Host cost of a cached NineToothed (slot 9) call\n\n"
+                "`benchmarks/ninetoothed_host_overhead.py --write` appends a "
+                "section here (see its docstring for the method). The target is "
+                "at most 8 µs of host time on top of the kernel launch.\n\n"
+            )
+        with RESULTS.open("a") as file:
+            file.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
