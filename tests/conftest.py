@@ -224,13 +224,15 @@ def pytest_collection_modifyitems(config, items):
     """Under `INFINI_OPS_TRITON_INTERPRET=1` CPU tensors stand in for the
     CUDA-like device (README, "Testing GPU kernels on a CPU"): keep the
     operator tests whose class has CUDA-like implementations, and the Triton
-    tests; deselect the rest, which the normal run covers."""
+    and NineToothed tests; deselect the rest, which the normal run covers."""
     if not _triton_interpreter():
         return
     kept, deselected = [], []
     for item in items:
         module = item.module
-        if module.__name__.rsplit(".", 1)[-1].startswith("test_triton_"):
+        if module.__name__.rsplit(".", 1)[-1].startswith(
+            ("test_triton_", "test_ninetoothed")
+        ):
             kept.append(item)
             continue
         cls = _operator_class(module)
