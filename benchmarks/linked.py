@@ -54,6 +54,7 @@ END_MARKER = "<!-- linked-providers: end -->"
 NATIVE_SLOT = 0
 MAX_POSITION = 4096
 NF4_BLOCKSIZE = 64
+BLOCKWISE_8BIT_BLOCKSIZE = 256
 # The pause before each timed round (see `time_three`).
 SETTLE_SECONDS = 0.01
 # Short rounds, many of them: on a shared machine some rounds then run
@@ -160,12 +161,40 @@ def dequantize_nf4(tokens, dtype):
     )
 
 
+def dequantize_blockwise_8bit(tokens, dtype):
+    """Unpacks a `(tokens, HIDDEN)` slice of an 8-bit blockwise weight."""
+    packed = torch.randint(0, 256, (tokens, HIDDEN), dtype=torch.uint8)
+    absmax = torch.rand(tokens * HIDDEN // BLOCKWISE_8BIT_BLOCKSIZE) + 0.25
+    code = torch.linspace(-1, 1, 256)
+    out = torch.empty(tokens, HIDDEN, dtype=dtype)
+    blocks = out.view(-1, BLOCKWISE_8BIT_BLOCKSIZE)
+
+    def eager():
+        values = code[packed.view(-1, BLOCKWISE_8BIT_BLOCKSIZE).long()]
+        torch.mul(values, absmax[:, None], out=blocks)
+
+    return (
+        f"({tokens}, {HIDDEN}) from 8 bits, blocks of {BLOCKWISE_8BIT_BLOCKSIZE}",
+        lambda slot: infini.ops.dequantize_blockwise_8bit(
+            packed,
+            absmax,
+            code,
+            BLOCKWISE_8BIT_BLOCKSIZE,
+            out,
+            implementation_index=slot,
+        ),
+        eager,
+        nbytes(packed, absmax, out),
+    )
+
+
 CASES = {
     "rms_norm": rms_norm,
     "fused_add_rms_norm": fused_add_rms_norm,
     "silu_and_mul": silu_and_mul,
     "rotary_embedding": rotary_embedding,
     "dequantize_nf4": dequantize_nf4,
+    "dequantize_blockwise_8bit": dequantize_blockwise_8bit,
 }
 
 

@@ -110,6 +110,7 @@ def test_installed_providers_take_slot_16(source, tmp_path):
         "silu_and_mul",
         "rotary_embedding",
         "dequantize_nf4",
+        "dequantize_blockwise_8bit",
     ):
         assert 16 in slots[op], op
     transports = {b["operator"]: b["transport"] for b in manifest["linked"]["bindings"]}
