@@ -38,8 +38,9 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from infini.ops.runtime.triton import next_power_of_two
+from infini.ops.runtime.triton import next_power_of_two, python_function
 
+from . import language
 from .cache import generated_source_path, write_atomically
 
 _GENERATOR_SOURCE = Path(__file__).read_bytes()
@@ -48,6 +49,9 @@ _HEADER = "# infini-ops-ninetoothed: "
 _LOCK = threading.Lock()
 _LOADED: dict[str, KernelSource] = {}
 _FINGERPRINTS: dict = {}
+
+# The helper of `language.py` every store of a kernel goes through.
+_STORE_HELPER = python_function(language.store_rounded).__name__
 
 _PREFIX = re.compile(r"^ninetoothed_(constexpr|next_power_of_2)_prefix_")
 _TENSOR_FIELD = re.compile(r"^ninetoothed_(\w+?)_(pointer|size|stride)(?:_(\d+))?$")
@@ -122,8 +126,10 @@ def _offline_code_generator():
     class OfflineCodeGenerator(CodeGenerator):
         def __init__(self) -> None:
             ast.NodeTransformer.__init__(self)
-            self._min_num_elements = 1
-            self._max_num_elements = _MAX_ELEMENTS_PER_PROGRAM
+            # The two limits the auto-tuner reads (see the module docstring).
+            vars(self).update(
+                _min_num_elements=1, _max_num_elements=_MAX_ELEMENTS_PER_PROGRAM
+            )
 
     return OfflineCodeGenerator()
 
@@ -180,7 +186,7 @@ class _RoundingStores(ast.NodeTransformer):
             mask = next((k.value for k in node.keywords if k.arg == "mask"), None)
             arguments = list(node.args[:2]) + [mask or ast.Constant(value=None)]
             return ast.Call(
-                func=ast.Name(id="store_rounded", ctx=ast.Load()),
+                func=ast.Name(id=_STORE_HELPER, ctx=ast.Load()),
                 args=arguments,
                 keywords=[],
             )
@@ -231,8 +237,6 @@ def _language_helpers() -> dict:
     included. Read from the file, so that it is the same whether `triton.jit`
     made the helpers compiled or interpreted functions (NineToothed itself
     copies only compiled ones)."""
-    from infini.ops.ninetoothed import language
-
     tree = ast.parse(_LANGUAGE_SOURCE.decode("utf-8"))
     return {
         node.name: ast.get_source_segment(_LANGUAGE_SOURCE.decode("utf-8"), node)
@@ -270,7 +274,10 @@ def _generate(name, arrangement, application, specs, config, num_warps, num_stag
     arranged = arrangement(*tensors, **config)
     arranged = arranged if isinstance(arranged, tuple) else (arranged,)
     parameters = inspect.signature(application).parameters
-    application.__annotations__ = dict(zip(parameters, arranged))
+    # NineToothed reads the arranged tensors from the annotations.
+    annotations = application.__annotations__
+    annotations.clear()
+    annotations.update(zip(parameters, arranged))
     captured = {}
 
     def capture(source):
