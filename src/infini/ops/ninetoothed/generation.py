@@ -43,7 +43,11 @@ from infini.ops.runtime.triton import next_power_of_two, python_function
 from . import language
 from .cache import generated_source_path, write_atomically
 
-_GENERATOR_SOURCE = Path(__file__).read_bytes()
+# Every module of the package outside `ops/` (this generator, the helpers,
+# the shared arrangements) is part of each fingerprint.
+_GENERATOR_SOURCE = b"\0".join(
+    path.read_bytes() for path in sorted(Path(__file__).parent.glob("*.py"))
+)
 _LANGUAGE_SOURCE = Path(__file__).with_name("language.py").read_bytes()
 _HEADER = "# infini-ops-ninetoothed: "
 _LOCK = threading.Lock()
