@@ -173,7 +173,9 @@ def test_non_tensor_arguments_are_value_errors_naming_the_parameter():
 def test_unsupported_device_names_the_supported_ones():
     x = torch.empty(3, device="meta")
     with pytest.raises(
-        ValueError, match="Unsupported device type `meta`.*Supported device names: cpu"
+        ValueError,
+        match="`add`: `input`: Unsupported device type `meta`.*"
+        "Supported device names: cpu",
     ):
         infini.ops.add(x, x, x)
 

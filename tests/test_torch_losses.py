@@ -151,9 +151,40 @@ def test_loss_argument_errors():
     _skip_if_missing("mse_loss")
     input, target = torch.randn(N, C), torch.randn(N, C)
     out = torch.empty(())
-    with pytest.raises(ValueError, match="`mse_loss`: `weight` must be None"):
+    with pytest.raises(ValueError, match="`mse_loss`: `weight` must have shape"):
         infini.ops.mse_loss(input, target, torch.ones(C), None, None, "mean", out)
     with pytest.raises(ValueError, match="`mse_loss`: `reduction` must be 'none'"):
         infini.ops.mse_loss(input, target, None, None, None, "average", out)
     with pytest.raises(ValueError, match=r"`mse_loss`: `reduction` must be 0 \(none\)"):
         infini.ops.mse_loss(input, target, 3, out)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("name", ["huber_loss", "mse_loss"])
+def test_per_element_weight_gives_torch_results(name, reduction):
+    _skip_if_missing(name)
+    input, target, weight = torch.randn(N, C), torch.randn(N, C), torch.rand(N, C)
+    extra = {"delta": 0.7} if name == "huber_loss" else {}
+    expected = getattr(F, name)(
+        input, target, reduction=reduction, weight=weight, **extra
+    )
+    out = torch.full((N, C), 7.0)
+    if name == "huber_loss":
+        infini.ops.huber_loss(input, target, weight, reduction, 0.7, out)
+    else:
+        infini.ops.mse_loss(input, target, weight, None, None, reduction, out)
+    result = out if reduction == "none" else out.flatten()[0]
+    torch.testing.assert_close(result, expected)
+
+
+@pytest.mark.parametrize("name", ["mse_loss", "smooth_l1_loss", "soft_margin_loss"])
+def test_reduced_result_with_a_0d_or_full_out_and_the_shape_kept(name):
+    _skip_if_missing(name)
+    input, target, weight = _inputs(name)
+    for reduction in REDUCTIONS[1:]:
+        expected = _reference(name, input, target, weight, reduction)
+        for shape in ((), (N, C)):
+            out = torch.full(shape, 7.0)
+            _call_legacy(name, input, target, weight, reduction, out)
+            assert out.shape == shape
+            torch.testing.assert_close(out.flatten()[0], expected)

@@ -43,9 +43,13 @@ class Loss(Operator):
 
     # Filled by subclasses: the index of the PyTorch-compatible overload.
     compatible_overload = 0
-    # Whether the compatible overload's `weight` must be None (ATen's
-    # schema has no weight).
-    weight_unsupported = False
+    # Whether the compatible overload's `weight` is a per-element weight
+    # that ATen's schema lacks: the backend multiplies the unreduced loss
+    # by it before reducing, as `torch.nn.functional` does.
+    elementwise_weight = False
+    # A reduced result lands in the first element of `out`, whatever its
+    # shape (docs/behaviour.md, "Loss reductions").
+    reduced_result_in_first_element = True
 
     def __init__(self, args) -> None:
         super().__init__(args)
@@ -56,10 +60,24 @@ class Loss(Operator):
             getattr(args, "reduce", None) if compatible else None,
             args.reduction,
         )
-        if compatible and self.weight_unsupported and args.weight is not None:
-            raise self.error(
-                "`weight` must be None: ATen's loss has no per-element weight."
+        self.weighted = (
+            compatible and self.elementwise_weight and args.weight is not None
+        )
+        if self.weighted:
+            self.require_shape(
+                "weight", args.weight, args.input.shape, "to match `input`"
             )
+            self.require_same_dtype(
+                "input", {"input": args.input, "weight": args.weight}
+            )
+            if self.reduction == 0:
+                self.require_shape(
+                    "out", args.out, args.input.shape, "to match `input`"
+                )
+            elif args.out.numel == 0:
+                raise self.error(
+                    "`out` must have at least one element for a reduced result."
+                )
 
     def aten_arguments(self, args) -> tuple[dict, dict]:
         return {"reduction": self.reduction}, {}

@@ -14,8 +14,9 @@ class HuberLoss(Loss):
     `size_average`/`reduce` flags where it has them), overload 0 the
     original's deprecated one (`reduction` 0 none, 1 mean, 2 sum). A reduced
     result lands in `out` as ATen writes it (`out` may be larger scratch;
-    read ``out.flatten()[0]``). `weight` must be None: ATen's schema
-    has none. Served by ATen (slot 8).
+    read ``out.flatten()[0]``). `weight`, of `input`'s shape and dtype,
+    multiplies the unreduced loss before the reduction, as in
+    ``torch.nn.functional``. Served by ATen (slot 8).
     """
 
     name = "huber_loss"
@@ -27,4 +28,4 @@ class HuberLoss(Loss):
     )
     compatible_overload = 1
     aten_overload_aliases = {1: 0}
-    weight_unsupported = True
+    elementwise_weight = True

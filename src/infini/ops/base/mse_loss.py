@@ -12,8 +12,9 @@ class MseLoss(Loss):
     `size_average`/`reduce` flags where it has them), overload 0 the
     original's deprecated one (`reduction` 0 none, 1 mean, 2 sum). A reduced
     result lands in `out` as ATen writes it (`out` may be larger scratch;
-    read ``out.flatten()[0]``). `weight` must be None: ATen's schema
-    has none. Served by ATen (slot 8).
+    read ``out.flatten()[0]``). `weight`, of `input`'s shape and dtype,
+    multiplies the unreduced loss before the reduction, as in
+    ``torch.nn.functional``. Served by ATen (slot 8).
     """
 
     name = "mse_loss"
@@ -25,4 +26,4 @@ class MseLoss(Loss):
     )
     compatible_overload = 1
     aten_overload_aliases = {1: 0}
-    weight_unsupported = True
+    elementwise_weight = True

@@ -35,7 +35,8 @@ from . import tracing
 from .config import parse_config
 from .devices import DeviceMap
 from .errors import OperatorError, describe_value
-from .operator import Arguments, Operator
+from .geometry import written_geometry_problem
+from .operator import Arguments, Operator, check_written_disjoint
 from .signature import (
     BOOL,
     FLOAT,
@@ -49,6 +50,7 @@ from .signature import (
     TENSOR_LIST,
     Overload,
     convert,
+    is_tensor_sequence,
     resolve,
 )
 from .tensor import read_meta
@@ -69,14 +71,37 @@ class BoundOverload:
         cpu_only: bool,
         call_scalars: tuple[str, ...] = (),
         defaults: dict | None = None,
+        operator: str = "",
+        shared_outputs: tuple[tuple[str, str], ...] = (),
     ) -> None:
         self.overload = overload
         self.index = overload.index
         self.key = _compile_key_function(overload, cpu_only, call_scalars)
         self.tensors = _compile_tensor_getter(overload, canonical_tensors)
         self.run = _compile_runner(
-            overload, canonical_tensors, call_scalars, defaults or {}
+            overload,
+            canonical_tensors,
+            call_scalars,
+            defaults or {},
+            (operator, _written_pairs(overload, shared_outputs)),
         )
+
+
+def _written_pairs(overload: Overload, shared_outputs) -> tuple:
+    """(name, position, name, position) for every two written tensor
+    parameters that the base does not allow to share memory."""
+    written = [
+        (p.name, i)
+        for i, p in enumerate(overload.parameters)
+        if p.writes and p.kind in (TENSOR, OPTIONAL_TENSOR)
+    ]
+    allowed = {frozenset(pair) for pair in shared_outputs}
+    return tuple(
+        (a, i, b, j)
+        for n, (a, i) in enumerate(written)
+        for b, j in written[n + 1 :]
+        if frozenset((a, b)) not in allowed
+    )
 
 
 def _compile_key_function(
@@ -105,9 +130,11 @@ def _compile_key_function(
         elif kind == OPTIONAL_TENSOR:
             lines.append(f"        None if {value} is None else ({_geometry(value)}),")
         elif kind in (TENSOR_LIST, OPTIONAL_TENSOR_LIST):
+            # Only lists and tuples are keyed (`_LIST_TYPES`): a tensor passed
+            # as a list takes the slow path, which turns it into a list.
             lines.append(
-                f"        None if {value} is None else tuple(None if t is None else "
-                f"({_geometry('t')}) for t in {value}),"
+                f"        None if {value} is None else _LIST_TYPES[type({value})] and "
+                f"tuple(None if t is None else ({_geometry('t')}) for t in {value}),"
             )
         elif kind in (INT_LIST, FLOAT_LIST, INT_LIST_LIST):
             lines.append(f"        _sequence_key({value}),")
@@ -126,6 +153,7 @@ def _compile_key_function(
             lines.append(f"        _SCALAR_TYPES[type({value})], {value},")
     lines.append("    )")
     namespace: dict = {
+        "_LIST_TYPES": _LIST_TYPES,
         "_SCALAR_TYPES": _SCALAR_TYPES,
         "_sequence_key": _sequence_key,
         "_float_bits": _float_bits,
@@ -140,6 +168,9 @@ _SCALAR_TYPES = {t: t for t in (int, float, bool, str, type(None))}
 
 
 _float_bits = struct.Struct("<d").pack
+
+# Tensor-list values that may appear in cache keys.
+_LIST_TYPES = {list: True, tuple: True}
 
 
 def _sequence_key(value):
@@ -181,11 +212,15 @@ def _compile_runner(
     canonical_tensors: tuple[str, ...],
     call_scalars: tuple[str, ...],
     defaults: dict,
+    written: tuple = ("", ()),
 ) -> Callable:
     """`run(operator, stream, values)`: hands the operator the values of its
     `call_scalars` (if any) and launches it on the call's canonical tensors.
     One generated call instead of building a tuple and unpacking it keeps the
-    cached path as cheap as a plain `launch`."""
+    cached path as cheap as a plain `launch`. With several written tensors it
+    first checks that they do not share memory (`written`: the operator name
+    and the pairs to compare); addresses change per call, so this cannot be
+    part of the cached plan."""
     items = []
     for name in canonical_tensors:
         position = overload.position.get(name)
@@ -193,6 +228,11 @@ def _compile_runner(
         items.append(f"a[{position}]" if parameter and parameter.is_tensor else "None")
     lines = ["def run(operator, stream, a):"]
     namespace: dict = {"_index": _operator.index}
+    operator_name, pairs = written
+    if pairs:
+        namespace["_check_written"] = check_written_disjoint
+        namespace["_pairs"] = pairs
+        lines.append(f"    _check_written({operator_name!r}, _pairs, a)")
     if call_scalars:
         values = []
         for number, name in enumerate(call_scalars):
@@ -270,9 +310,16 @@ class OperatorEntry:
             base = self.base
             call_scalars = getattr(base, "call_scalars", ())
             defaults = getattr(base, "defaults", {})
+            shared_outputs = getattr(base, "shared_outputs", ())
             self._bound = tuple(
                 BoundOverload(
-                    o, self.canonical_tensors, cpu_only, call_scalars, defaults
+                    o,
+                    self.canonical_tensors,
+                    cpu_only,
+                    call_scalars,
+                    defaults,
+                    self.name,
+                    shared_outputs,
                 )
                 for o in overloads
             )
@@ -366,6 +413,19 @@ class OperatorEntry:
             raise self._no_matching_overload(args, kwargs)
         overload, values, remember = result
         bound = overloads[overload.index]
+        if any(
+            p.kind in (TENSOR_LIST, OPTIONAL_TENSOR_LIST) and is_tensor_sequence(v)
+            for p, v in zip(overload.parameters, values)
+        ):
+            # A tensor given for a tensor list: its slices along dimension 0.
+            values = tuple(
+                list(v)
+                if p.kind in (TENSOR_LIST, OPTIONAL_TENSOR_LIST)
+                and is_tensor_sequence(v)
+                else v
+                for p, v in zip(overload.parameters, values)
+            )
+            remember = False
         if remember:
             self._memo[tuple(map(type, args))] = (bound, values[len(args) :])
         return bound, values
@@ -402,11 +462,33 @@ class OperatorEntry:
         device = self._dispatch_device(overload, values)
         slot = self._resolve_slot(device.platform, implementation_index)
         arguments = self._arguments(overload, values, device)
+        self._check_written_geometry(overload, arguments)
         if config is not None:
             arguments.config = config
         module_name, class_name = self.modules[(device.platform, slot)]
         implementation = getattr(importlib.import_module(module_name), class_name)
         return implementation(arguments)
+
+    def _check_written_geometry(self, overload: Overload, arguments) -> None:
+        """Every written tensor must hold each of its elements once: no
+        stride-0 dimension, no rows that overlap. Geometry only, so once per
+        built operator, for every implementation."""
+        for parameter in overload.parameters:
+            if not (parameter.writes and parameter.is_tensor):
+                continue
+            value = getattr(arguments, parameter.name, None)
+            metas = value if isinstance(value, list) else [value]
+            for number, meta in enumerate(metas):
+                if meta is None:
+                    continue
+                problem = written_geometry_problem(meta.shape, meta.strides)
+                if problem is not None:
+                    name = parameter.name
+                    if isinstance(value, list):
+                        name = f"{name}[{number}]"
+                    raise OperatorError(
+                        self.name, f"`{name}` is written but {problem}."
+                    )
 
     def _dispatch_device(self, overload: Overload, values: tuple):
         position = overload.device_position
@@ -426,7 +508,10 @@ class OperatorEntry:
                 self.name,
                 f"`{parameter.name}` must be a tensor, got {describe_value(value)}.",
             )
-        return self.device_map.device_of(device)
+        try:
+            return self.device_map.device_of(device)
+        except ValueError as error:
+            raise OperatorError(self.name, f"`{parameter.name}`: {error}") from None
 
     def _resolve_slot(self, platform: str, implementation_index) -> int:
         active = self.slots.get(platform, [])

@@ -102,3 +102,57 @@ class AliasGuard:
                 if not (same and address == out_address):
                     return True
         return False
+
+
+def overlaps_itself(shape, strides) -> bool:
+    """Whether two elements of a strided layout share memory.
+
+    Sorted by stride, every dimension must step past everything the smaller
+    ones reach; that is exact for the layouts views produce and errs towards
+    "overlaps" for exotic interleavings, which are then rejected rather than
+    written twice. A stride-0 dimension of size > 1 overlaps; a tensor
+    without elements never does.
+    """
+    dimensions = sorted(
+        (abs(stride), size) for size, stride in zip(shape, strides) if size != 1
+    )
+    if any(size == 0 for size in shape):
+        return False
+    reach = 0
+    for stride, size in dimensions:
+        if stride <= reach:
+            return True
+        reach += (size - 1) * stride
+    return False
+
+
+def byte_range(address: int, shape, strides, element_size: int) -> tuple[int, int]:
+    """(lowest, highest + 1) byte addresses a tensor touches; an empty range
+    for a tensor without elements."""
+    low = high = 0
+    for size, stride in zip(shape, strides):
+        if size == 0:
+            return address, address
+        if stride < 0:
+            low += (size - 1) * stride
+        else:
+            high += (size - 1) * stride
+    return address + low * element_size, address + (high + 1) * element_size
+
+
+def written_geometry_problem(shape, strides) -> str | None:
+    """Why a tensor of this geometry cannot be written (each element must be
+    written once), or `None` when it can."""
+    if any(size == 0 for size in shape):
+        return None
+    if any(stride == 0 and size > 1 for size, stride in zip(shape, strides)):
+        return (
+            f"has a stride-0 (broadcast) dimension: shape {tuple(shape)}, "
+            f"strides {tuple(strides)}"
+        )
+    if overlaps_itself(shape, strides):
+        return (
+            f"has elements that share memory: shape {tuple(shape)}, "
+            f"strides {tuple(strides)}"
+        )
+    return None

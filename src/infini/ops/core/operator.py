@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .errors import OperatorError
+from .geometry import byte_range, written_geometry_problem
 from .tensor import TensorMeta
 
 
@@ -46,7 +47,10 @@ class Operator:
       seed, a random number). The dispatcher keys its cache on their types
       only and calls `bind_call` with their values, in this order, before
       every launch; the base implements `bind_call` (validating the values
-      and storing what `launch` reads) and calls it from `__init__`.
+      and storing what `launch` reads) and calls it from `__init__`;
+    - `shared_outputs`: pairs of written tensor parameters that may share
+      memory (none by default: the dispatcher rejects a call whose written
+      tensors overlap, see `check_written_disjoint`).
     """
 
     name: str = ""
@@ -55,6 +59,7 @@ class Operator:
     defaults: dict = {}
     host_tensors: tuple[str, ...] = ()
     call_scalars: tuple[str, ...] = ()
+    shared_outputs: tuple[tuple[str, str], ...] = ()
 
     implementation_slot: int = -1
     implementation_devices: tuple[str, ...] = ()
@@ -128,12 +133,32 @@ class Operator:
             )
 
     def require_writable(self, name: str, meta: TensorMeta) -> None:
-        """Outputs must not broadcast (stride 0 over a dimension of size > 1),
-        or several results would land on one element."""
-        if meta.has_broadcast_dim():
-            raise self.error(
-                f"`{name}` is written but has a stride-0 (broadcast) dimension: "
-                f"shape {meta.shape}, strides {meta.strides}."
+        """Outputs must not broadcast (stride 0 over a dimension of size > 1)
+        nor overlap themselves, or several results would land on one
+        element."""
+        problem = written_geometry_problem(meta.shape, meta.strides)
+        if problem is not None:
+            raise self.error(f"`{name}` is written but {problem}.")
+
+
+def check_written_disjoint(operator: str, pairs, tensors) -> None:
+    """Raises a `ValueError` naming both parameters when two written tensors
+    share memory. `pairs` holds (name, position, name, position) of the
+    written tensors to compare; `tensors` the call's values. Addresses are
+    per call, so this runs on every launch of operators with several written
+    tensors (a few comparisons)."""
+    for first, i, second, j in pairs:
+        a = tensors[i]
+        b = tensors[j]
+        if a is None or b is None:
+            continue
+        low_a, high_a = byte_range(a.data_ptr(), a.shape, a.stride(), a.element_size())
+        low_b, high_b = byte_range(b.data_ptr(), b.shape, b.stride(), b.element_size())
+        if low_a < high_b and low_b < high_a:
+            raise OperatorError(
+                operator,
+                f"`{first}` and `{second}` are both written but share memory; "
+                "pass separate tensors.",
             )
 
 

@@ -194,6 +194,19 @@ def _is_sequence(value: object) -> bool:
     )
 
 
+def is_tensor_sequence(value: object) -> bool:
+    """A tensor with at least one dimension, which a `list[Tensor]`
+    parameter accepts as the sequence of its slices along dimension 0 (as
+    pybind11's list conversion iterates it)."""
+    shape = getattr(value, "shape", None)
+    return (
+        shape is not None
+        and hasattr(value, "data_ptr")
+        and hasattr(value, "__iter__")
+        and len(shape) >= 1
+    )
+
+
 def _match_scalar(kind: str, value: object, lenient: bool) -> bool:
     if kind == FLOAT:
         if isinstance(value, float):
@@ -231,9 +244,9 @@ def matches(parameter: Parameter, value: object, lenient: bool) -> bool:
     if kind == TENSOR or kind == OPTIONAL_TENSOR:
         return True  # checked when the tensor is read, as pybind11 does
     if kind == TENSOR_LIST:
-        return _is_sequence(value)
+        return _is_sequence(value) or is_tensor_sequence(value)
     if kind == OPTIONAL_TENSOR_LIST:
-        return value is None or _is_sequence(value)
+        return value is None or _is_sequence(value) or is_tensor_sequence(value)
     if value is None and parameter.optional:
         return True
     return _match_scalar(kind, value, lenient)

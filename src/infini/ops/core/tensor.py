@@ -93,7 +93,10 @@ def read_meta(value: object, device_map, operator: str, parameter: str) -> Tenso
             f"`{parameter}` has unsupported dtype {value.dtype}; InfiniOps supports "
             "int8-int64, uint8-uint64, float16, bfloat16, float32, float64 and bool.",
         )
-    device = device_map.device_of(value.device)
+    try:
+        device = device_map.device_of(value.device)
+    except ValueError as error:
+        raise OperatorError(operator, f"`{parameter}`: {error}") from None
     shape = tuple(int(size) for size in value.shape)
     strides = tuple(int(stride) for stride in value.stride())
     return TensorMeta(shape, strides, name, device, value.dtype)

@@ -22,9 +22,11 @@ stream, wrapped as the framework's external stream.
 from __future__ import annotations
 
 import importlib
+import warnings
 from functools import cache
 
 from infini.ops.core.dtypes import UNSIGNED_INTEGER_DTYPES, dtype_name, is_integer
+from infini.ops.core.errors import OperatorError
 from infini.ops.core.manifest import load_torch_metadata
 from infini.ops.core.operator import Operator
 from infini.ops.core.schema import GENERATED_ATEN_CLASS_PREFIX, GENERATED_ATEN_SLOT
@@ -137,12 +139,23 @@ def _make_implementation(public: str, info: dict) -> type:
         # (e.g. a legacy `reduction` string onto ATen's integer).
         values = dict(args.__dict__)
         tensor_sources = {name: name for name in canonical_tensors}
+        if getattr(self, "weighted", False):
+            # A per-element loss weight has no ATen schema argument.
+            self.launch = _weighted_loss(public, self.reduction, args)
+            return
         adapt = getattr(self, "aten_arguments", None)
         if adapt is not None:
             scalars, tensors = adapt(args)
             values.update(scalars)
             tensor_sources.update(tensors)
-        self.launch = _plan(public, entry, values, tensor_sources, canonical_tensors)
+        self.launch = _plan(
+            public,
+            entry,
+            values,
+            tensor_sources,
+            canonical_tensors,
+            getattr(self, "reduced_result_in_first_element", False),
+        )
 
     doc = (
         f"`{public}` through PyTorch's ATen kernels (slot {SLOT}), on every "
@@ -162,6 +175,24 @@ def _make_implementation(public: str, info: dict) -> type:
 
 
 # -- planning one call -------------------------------------------------------
+
+
+def _weighted_loss(public: str, reduction: int, args):
+    """The launch of a loss with a per-element `weight`, which ATen's schema
+    lacks: `torch.nn.functional`'s weighted loss (`reduction` 0 none, 1
+    mean, 2 sum), written to `out`, or to its first element for a reduced
+    result."""
+    import torch
+
+    loss = getattr(torch.nn.functional, public)
+    extra = {"delta": args.delta} if hasattr(args, "delta") else {}
+    mode = ("none", "mean", "sum")[reduction]
+
+    def launch(stream, input, target, weight, out) -> None:
+        result = loss(input, target, reduction=mode, weight=weight, **extra)
+        (out if reduction == 0 else _first_element(out)).copy_(result)
+
+    return launch
 
 
 def _torch_dtype(value):
@@ -219,7 +250,14 @@ class _Plan:
         return name
 
 
-def _plan(public, entry, values, tensor_sources, canonical_tensors):
+def _plan(
+    public,
+    entry,
+    values,
+    tensor_sources,
+    canonical_tensors,
+    reduced_in_first_element=False,
+):
     """The `launch(stream, *canonical_tensors)` of one built operator."""
     import torch
 
@@ -244,9 +282,13 @@ def _plan(public, entry, values, tensor_sources, canonical_tensors):
     integral = first is not None and is_integer(first.dtype)
     unsigned = sorted({m.dtype for m in metas if m.dtype in _WIDE_UNSIGNED})
 
-    # The call's argument expressions, in schema order.
+    # The call's argument expressions, in schema order, and the same
+    # arguments for the meta-device dry run (`_dry_run`): tensors as
+    # ("tensor", name, is_out) markers, everything else as the value itself.
     positional: list[str] = []
     keywords: list[str] = []
+    dry_positional: list = []
+    dry_keywords: dict = {}
     for index, argument in enumerate(schema):
         param = by_index.get(index)
         if param is None or (not param["is_tensor"] and param["name"] not in values):
@@ -254,33 +296,121 @@ def _plan(public, entry, values, tensor_sources, canonical_tensors):
                 continue  # hidden or defaulted: ATen's default applies
             default = argument.default_value if argument.has_default_value() else None
             expression = plan.constant(default)
+            dry = default
         elif param["is_tensor"]:
             name = "out" if explicit_out and index == 0 else param["name"]
             expression = f"t[{slot_of(name)}]"
+            dry = _TensorArgument(name, bool(param["is_out"]))
         else:
             value = _scalar(param["type"], values[param["name"]], integral)
             expression = plan.constant(value)
+            dry = value
         if argument.kwarg_only:
             keywords.append(f"{argument.name}={expression}")
+            dry_keywords[argument.name] = dry
         else:
             positional.append(expression)
+            dry_positional.append(dry)
     arguments = ", ".join(positional + keywords)
 
-    body: list[str] = []
-    # Aliasing (docs/behaviour.md, "Aliasing"): an input that overlaps a written tensor
-    # is read from a copy, so results are as if every input were read first.
-    # Geometry is fixed per built operator, so only data pointers are compared.
     written = [
         p
         for p in tensor_params
         if p["is_out"] or ("!" in p["type"] and not explicit_out)
     ]
     read = [p for p in tensor_params if p not in written]
+    # `set_` makes `out` a view of another storage: it writes no elements, so
+    # neither the dry run nor a staging buffer means anything for it.
+    rebinds = entry["aten_name"] == "set_"
+
+    # Validation before anything is written (docs/behaviour.md, "ATen backend"):
+    # ATen would resize a wrong-shaped `out` and may raise half-way through
+    # writing it. A dry run of the same call on meta tensors (no data, exact
+    # shape and dtype rules, once per built operator) gives the shape of
+    # every output. When it agrees with the caller's outputs the call runs
+    # as planned. When it cannot run (no meta kernel, a data-dependent
+    # shape) or disagrees (a wrong `out`, or a meta kernel that differs from
+    # the real one), the real call runs into copies of the outputs, which
+    # are checked before they are copied out: a wrong `out` is then a
+    # `ValueError` and a valid one a correct result, whatever the meta
+    # kernel says.
+    expected = None
+    if not rebinds:
+        source = next((p["name"] for p in params if p["schema_index"] == 0), None)
+        expected = _dry_run(
+            op, dry_positional, dry_keywords, meta_of, explicit_out and source
+        )
+    # Outputs that receive a reduced (0-d) result in their first element
+    # (the losses' documented `out.flatten()[0]`).
+    first_element_slots = set()
+    verified = expected is not None
+    for name, shape in (expected or {}).items():
+        actual = meta_of(name)
+        if actual is None:
+            continue
+        if isinstance(actual, list):
+            verified = verified and [m.shape for m in actual] == shape
+        elif actual.shape != shape:
+            if reduced_in_first_element and shape == () and actual.numel > 0:
+                first_element_slots.add(slot_of(name))
+            else:
+                verified = False
+
+    # Written tensors computed in a contiguous copy and copied out
+    # afterwards: (1) ATen kernels that write wrong results through some
+    # strided outputs (`gelu.out` into rows with gaps); (2) calls that can
+    # fail on the data after writing part of an output (an index out of
+    # range: any integral input); (3) outputs the dry run did not verify.
+    # The caller's tensor is written only after the call succeeded. A copy
+    # rather than an empty buffer, because a few ATen `out` variants read
+    # `out` (`_compute_linear_combination`).
+    index_inputs = any(
+        is_integer(m.dtype) and m.dtype != "bool"
+        for p in read
+        for m in _metas(meta_of(p["name"]))
+    )
+    staged = []  # (slot, name)
+    if not rebinds:
+        for output in written:
+            out_name = "out" if output["schema_index"] is None else output["name"]
+            if explicit_out and out_name != "out":
+                continue
+            out_meta = meta_of(out_name)
+            if out_meta is None or isinstance(out_meta, list) or out_meta.numel == 0:
+                continue
+            if index_inputs or not verified or not out_meta.is_contiguous():
+                staged.append((slot_of(out_name), out_name))
+
+    body: list[str] = []
+    staged_slots = {slot for slot, _ in staged}
+    if staged:
+        plan.constants["_copy"] = _contiguous_copy
+        body.append("_caller = t")
+        for slot, _name in staged:
+            body.append(f"t = _replace(t, {slot}, _copy(t[{slot}]))")
+        plan.constants["_replace"] = _replace
+    if first_element_slots:
+        # ATen gets a new tensor object on the same memory: it may use all
+        # of it as scratch and resize the alias to 0-d (its first element),
+        # while the caller's tensor keeps its shape.
+        plan.constants["_alias"] = _alias
+        plan.constants["_first"] = _first_element
+        for slot in sorted(first_element_slots):
+            body.append(f"t = _replace(t, {slot}, _alias(t[{slot}]))")
+        plan.constants["_replace"] = _replace
+
+    # Aliasing (contract departure 6): an input that overlaps a written tensor
+    # is read from a copy, so results are as if every input were read first.
+    # Geometry is fixed per built operator, so only data pointers are compared.
+    # A staged output is a fresh buffer that no input can overlap.
     checks = []
     for output in written:
         out_name = "out" if output["schema_index"] is None else output["name"]
         out_meta = meta_of(out_name)
         if out_meta is None or isinstance(out_meta, list):
+            continue
+        out_slot = slot_of(out_name)
+        if out_slot in staged_slots:
             continue
         out_low, out_high = _span(out_meta)
         if out_high == out_low:
@@ -290,7 +420,6 @@ def _plan(public, entry, values, tensor_sources, canonical_tensors):
             if meta is None:
                 continue
             slot = slot_of(item["name"])
-            out_slot = slot_of(out_name)
             if isinstance(meta, list):
                 checks.append(
                     f"t = _stage_list(t, {slot}, t[{out_slot}], {out_low}, {out_high})"
@@ -324,19 +453,39 @@ def _plan(public, entry, values, tensor_sources, canonical_tensors):
         key = (entry["aten_name"], entry["overload_name"])
         plan.constants["_cell"] = _CALLS.setdefault(key, [binding])
         plan.constants["_boxed"] = call
-        body += [
+        call_lines = [
             "try:",
             f"    _cell[0]({arguments})",
-            "    return",
             "except TypeError:",
             "    if _cell[0] is _boxed:",
             "        raise",
             "    _cell[0] = _boxed",
-            f"_boxed({arguments})",
+            f"    _boxed({arguments})",
         ]
     else:
         plan.constants["_boxed"] = call
-        body.append(f"_boxed({arguments})")
+        call_lines = [f"_boxed({arguments})"]
+    if (not verified and staged) or first_element_slots:
+        # ATen resizes (with a deprecation warning) a copy that has the
+        # wrong shape; the check below reports it instead.
+        plan.constants["_quiet"] = _quiet
+        call_lines = ["with _quiet():"] + [f"    {line}" for line in call_lines]
+    body += call_lines
+    if staged:
+        plan.constants["_shape_mismatch"] = _shape_mismatch
+        plan.constants["_public"] = public
+        for slot, name in staged:
+            if not verified:
+                body.append(f"if t[{slot}].shape != _caller[{slot}].shape:")
+                body.append(
+                    f"    raise _shape_mismatch(_public, {name!r}, "
+                    f"t[{slot}].shape, _caller[{slot}].shape)"
+                )
+        for slot, _ in staged:
+            if slot in first_element_slots:
+                body.append(f"_first(_caller[{slot}]).copy_(_first(t[{slot}]))")
+            else:
+                body.append(f"_caller[{slot}].copy_(t[{slot}])")
 
     device = first.device if first is not None else None
     lines = ["def launch(stream, *t):"]
@@ -360,6 +509,122 @@ def _plan(public, entry, values, tensor_sources, canonical_tensors):
     launch = namespace["launch"]
     launch.__qualname__ = f"{public}.launch"
     return launch
+
+
+class _TensorArgument:
+    """A tensor parameter in the dry run's argument list."""
+
+    def __init__(self, name: str, is_out: bool) -> None:
+        self.name = name
+        self.is_out = is_out
+
+
+def _dry_run(op, positional, keywords, meta_of, explicit_source):
+    """Runs `op` on meta tensors of the call's geometry; outputs start empty
+    so that ATen sizes them. Returns {output name: expected shape} (a list
+    of shapes for a tensor list), or `None` when the dry run says nothing:
+    no meta kernel, a data-dependent shape, or arguments it rejects (the
+    real call then runs into fresh outputs and reports ATen's own error,
+    so a meta kernel stricter than the real one never rejects a valid
+    call)."""
+    import torch
+
+    outputs: dict = {}
+    sized = [False]
+
+    def meta_tensor(meta, is_out: bool):
+        if is_out and not sized[0]:
+            return torch.empty(0, dtype=meta.torch_dtype, device="meta")
+        return torch.empty_strided(
+            meta.shape, meta.strides, dtype=meta.torch_dtype, device="meta"
+        )
+
+    def materialise(value):
+        if not isinstance(value, _TensorArgument):
+            return value
+        meta = meta_of(value.name)
+        if meta is None:
+            return None
+        if isinstance(meta, list):
+            tensors = [
+                None if m is None else meta_tensor(m, value.is_out) for m in meta
+            ]
+        else:
+            tensors = meta_tensor(meta, value.is_out)
+        if value.is_out:
+            outputs[value.name] = tensors
+        return tensors
+
+    def attempt() -> bool:
+        outputs.clear()
+        try:
+            arguments = [materialise(v) for v in positional]
+            keyword_arguments = {k: materialise(v) for k, v in keywords.items()}
+            if explicit_source:
+                source = materialise(_TensorArgument(explicit_source, False))
+                arguments[0].copy_(source)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                op(*arguments, **keyword_arguments)
+        except Exception:
+            return False
+        return True
+
+    # Empty outputs first (ATen sizes them); then outputs of the caller's
+    # geometry, for the few variants that read `out`'s shape.
+    if not attempt():
+        sized[0] = True
+        if not attempt():
+            return None
+    return {
+        name: (
+            [tuple(t.shape) for t in value]
+            if isinstance(value, list)
+            else tuple(value.shape)
+        )
+        for name, value in outputs.items()
+    }
+
+
+def _shape_text(shape) -> str:
+    if isinstance(shape, list):
+        return "[" + ", ".join(_shape_text(s) for s in shape) + "]"
+    return str(tuple(shape))
+
+
+def _contiguous_copy(tensor):
+    """The staging buffer of a written tensor: a contiguous copy."""
+    import torch
+
+    return tensor.clone(memory_format=torch.contiguous_format)
+
+
+def _alias(tensor):
+    """A new tensor object with the geometry and memory of `tensor`."""
+    return tensor.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
+
+
+def _first_element(tensor):
+    """A 0-d view of the first element of a tensor (at its data pointer)."""
+    return tensor.as_strided((), (), tensor.storage_offset())
+
+
+class _Quiet(warnings.catch_warnings):
+    def __enter__(self):
+        super().__enter__()
+        warnings.simplefilter("ignore")
+
+
+def _quiet():
+    return _Quiet()
+
+
+def _shape_mismatch(public: str, name: str, expected, actual) -> ValueError:
+    return OperatorError(
+        public,
+        f"`{name}` must have shape {tuple(expected)} for these arguments, "
+        f"got {tuple(actual)}.",
+    )
 
 
 # (ATen name, overload) -> [the callable used]: the Python binding until it

@@ -130,6 +130,11 @@ class CpuScaledDotProductAttention(ScaledDotProductAttention):
             ],
             dtype=np.int64,
         )
+        if self.numel == 0:
+            # Zero-size work plans nothing: per-batch offsets would be as
+            # large as the (empty) batch, e.g. 2**40 entries.
+            self.blas = False
+            return
         self.blas = (
             not self.is_causal
             and self.L >= BLAS_MIN_ROWS
