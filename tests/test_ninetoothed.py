@@ -171,3 +171,27 @@ def test_an_output_overlapping_its_input_reads_the_input_first():
     out = input.t()
     infini.ops.rms_norm(input, weight, 1e-6, out, implementation_index=9)
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+
+
+@requires_interpreter
+@pytest.mark.parametrize("dtype, tolerance", DTYPES, ids=str)
+def test_softmax_along_a_middle_dimension_and_causal_softmax(dtype, tolerance):
+    _skip_without_slot_nine("Softmax")
+    input = torch.randn(3, 40, 5, dtype=dtype)
+    out = torch.empty(3, 40, 5, dtype=dtype)
+    infini.ops.softmax(input, 1, None, out, implementation_index=9)
+    expected = torch.softmax(input.double(), 1).to(dtype)
+    torch.testing.assert_close(out, expected, rtol=tolerance, atol=tolerance)
+    for rows, columns in ((3, 5), (5, 3)):
+        input = torch.randn(2, columns, rows, dtype=dtype).transpose(1, 2)
+        out = torch.empty(2, rows, columns, dtype=dtype)
+        infini.ops.causal_softmax(input, out, implementation_index=9)
+        mask = torch.ones(rows, columns).tril(columns - rows).bool()
+        masked = input.double().masked_fill(~mask, float("-inf"))
+        expected = torch.softmax(masked, -1).masked_fill(~mask, 0)
+        # Rows with nothing unmasked are NaN throughout, as torch gives them.
+        expected[:, : max(rows - columns, 0)] = float("nan")
+        expected = expected.to(dtype)
+        torch.testing.assert_close(
+            out, expected, rtol=tolerance, atol=tolerance, equal_nan=True
+        )
