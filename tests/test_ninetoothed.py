@@ -156,6 +156,12 @@ def test_activations(dtype, tolerance):
     infini.ops.swiglu(input, gate, out, implementation_index=9)
     expected = (input.double() * silu(gate.double())).to(dtype)
     torch.testing.assert_close(out, expected, rtol=tolerance, atol=tolerance)
+    for approximate in ("none", "tanh"):
+        infini.ops.gelu(input, approximate, out, implementation_index=9)
+        expected = torch.nn.functional.gelu(input.double(), approximate=approximate)
+        torch.testing.assert_close(
+            out, expected.to(dtype), rtol=tolerance, atol=tolerance
+        )
     both = torch.randn(4, 20, dtype=dtype)
     infini.ops.silu_and_mul(both, out, implementation_index=9)
     expected = (silu(both[:, :10].double()) * both[:, 10:].double()).to(dtype)

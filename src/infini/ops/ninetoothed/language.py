@@ -56,3 +56,42 @@ def silu(x):
     tail below -87), and NaN for -inf as torch gives."""
     wide = x.to(tl.float64)
     return wide / (1.0 + tl.exp(-wide))
+
+
+@triton.jit
+def erfc_wide(z):
+    """``erfc(z)`` in float64: ``1 - erf(z)`` below 2 (no cancellation for
+    negative `z`, at most two digits lost near 2), above it ``exp(-z^2) /
+    sqrt(pi)`` times Laplace's continued fraction, evaluated backwards over
+    60 terms, with ``z^2`` split into its rounded value and the rounding
+    error (an `fma`), so that the rounding of the square does not enter the
+    exponent. `z` is clamped to 40 there, where `erfc` is 0 in float64
+    already (and the split stays finite). Helpers are copied into each
+    generated source, so the constants are literals."""
+    z = z.to(tl.float64)
+    large = tl.minimum(tl.maximum(z, 2.0), 40.0)
+    tail = tl.zeros_like(large)
+    for step in tl.static_range(60):
+        tail = ((60 - step) * 0.5) / (large + tail)
+    square = large * large
+    error = tl.fma(large, large, -square)
+    fraction = 0.5641895835477563 / (large + tail)
+    above = tl.exp(-square) * tl.exp(-error) * fraction
+    return tl.where(z < 2.0, 1.0 - tl.math.erf(z), above)
+
+
+@triton.jit
+def gelu_erf(x):
+    """``0.5 x erfc(-x / sqrt(2))`` in float64."""
+    wide = x.to(tl.float64)
+    return 0.5 * wide * erfc_wide(-wide * 0.7071067811865476)
+
+
+@triton.jit
+def gelu_tanh(x):
+    """``0.5 x (1 + tanh(y))`` as ``x / (1 + exp(-2 y))`` in float64, with
+    ``y = sqrt(2 / pi) (x + 0.044715 x^3)`` (no cancellation for negative
+    `x`)."""
+    wide = x.to(tl.float64)
+    twice = 1.5957691216057308 * (wide + 0.044715 * (wide * wide * wide))
+    return wide / (1.0 + tl.exp(-twice))
