@@ -13,6 +13,14 @@ implementation class. What they share:
   `infini.ops.runtime.triton`, the launch runtime of the native Triton
   kernels;
 - `language.py`: the `@triton.jit` helpers applications call (upcasting
-  16-bit floats, rounding on the store);
+  16-bit floats, rounding on the store, float64 activations), copied into
+  every generated source;
+- `elementwise.py` and `rows.py`: the arrangements shared by elementwise
+  operators (flattened blocks) and by row operators (one row per program,
+  walked in blocks), with their planning;
 - `aot.py`: the ahead-of-time variants (`scripts/generate_ninetoothed.py`).
+
+Operators: `rms_norm`, `add`, `mul`, `silu`, `swiglu`, `silu_and_mul`,
+`gelu`, `softmax`, `causal_softmax`. Each accepts everything its base
+accepts (no argument is refused at slot 9 that another slot takes).
 """
