@@ -235,7 +235,13 @@ def select_implementations(
     _check_unique_slots(i for impls in available.values() for i in impls)
 
     if config is None:
-        selected = available
+        # Every operator with a base is in the default selection, even where
+        # no enabled device implements it: the build still has its function
+        # and class (active slots `[]`, a call names operator and device),
+        # as the original binds every base header.
+        selected = dict(available)
+        for op in bases:
+            selected.setdefault(op, [])
     else:
         selected = {}
         for op, entry in config.items():
@@ -274,7 +280,11 @@ def select_implementations(
         allowlist = smoke_ops(configuration.devices, configuration.with_torch)
     if allowlist is not None:
         unavailable = [op for op in allowlist if not selected.get(op)]
-        selected = {op: impls for op, impls in selected.items() if op in allowlist}
+        selected = {
+            op: impls for op, impls in selected.items() if op in allowlist and impls
+        }
+    elif config is None:
+        unavailable = []
     else:
         # Header-form entries whose modules serve none of the enabled devices.
         unavailable = [op for op, impls in selected.items() if not impls]
@@ -289,7 +299,7 @@ def select_implementations(
     return {
         op: sorted(impls, key=lambda i: (i.slot, i.module, i.class_name))
         for op, impls in sorted(selected.items())
-        if impls
+        if impls or (config is None and allowlist is None)
     }
 
 

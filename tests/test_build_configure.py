@@ -213,12 +213,10 @@ def test_defaults_give_a_cpu_build(source, tmp_path):
     assert options["INFINI_RT_ROOT"] == ""
     assert options["INFINI_OPS_OPS"] == ""
     assert options["INFINI_OPS_TORCH_OPS"] == ""
-    cpu_operators = [
-        op
-        for op, info in manifest["operators"].items()
-        if any("cpu" in i["devices"] for i in info["implementations"])
-    ]
-    assert cpu_operators == list(manifest["operators"])
+    # Every operator is either implemented on the CPU or bound without an
+    # active slot (every base is in the default selection).
+    for info in manifest["operators"].values():
+        assert all("cpu" in i["devices"] for i in info["implementations"])
     if has_operator(source, "add", "native/cpu/ops/add.py"):
         assert {"operator": "add", "device": "cpu", "slot": 0} in [
             {k: e[k] for k in ("operator", "device", "slot")}

@@ -176,8 +176,15 @@ def test_cpu_manifest(tree):
         "ninetoothed": False,
         "linked": False,
     }
-    # gemm has no CPU implementation and abs only the ATen one: both absent.
-    assert slots(manifest) == {"add": [0], "mul": [0], "relu": [0]}
+    # gemm has no CPU implementation and abs only the ATen one: both are
+    # bound, with no active slot (every base is in the default selection).
+    assert slots(manifest) == {
+        "abs": [],
+        "add": [0],
+        "gemm": [],
+        "mul": [0],
+        "relu": [0],
+    }
     add = manifest["operators"]["add"]
     assert add == {
         "class": "Add",
@@ -231,7 +238,7 @@ def test_instantiations_off_and_python_bindings_off(tree):
     manifest = manifest_of(tree, instantiations=False, python_bindings=False)
     assert manifest["instantiations"] == []
     assert manifest["python_bindings"] is False
-    assert set(manifest["operators"]) == {"add", "mul", "relu"}
+    assert set(manifest["operators"]) == {"abs", "add", "gemm", "mul", "relu"}
 
 
 def test_nvidia_torch_triton_build(tree):
@@ -270,14 +277,26 @@ def test_aten_slot_needs_the_aten_list(tree):
     # Without scripts/torch_ops.txt the ATen list is empty: slot 8 is pruned,
     # the hand-written torch slot is not.
     manifest = manifest_of(tree, with_torch=True)
-    assert slots(manifest) == {"add": [0, 1], "mul": [0], "relu": [0]}
+    assert slots(manifest) == {
+        "abs": [],
+        "add": [0, 1],
+        "gemm": [],
+        "mul": [0],
+        "relu": [0],
+    }
 
 
 def test_torch_ops_allowlist_intersects_the_aten_list(tree):
     (tree / "scripts").mkdir()
     (tree / "scripts/torch_ops.txt").write_text("relu\nabs\nadd\n")
     manifest = manifest_of(tree, with_torch=True, torch_ops=["abs", "mul"])
-    assert slots(manifest) == {"abs": [8], "add": [0, 1], "mul": [0], "relu": [0]}
+    assert slots(manifest) == {
+        "abs": [8],
+        "add": [0, 1],
+        "gemm": [],
+        "mul": [0],
+        "relu": [0],
+    }
 
 
 def test_smoke_lists():

@@ -36,7 +36,8 @@ def _unchanged(before, tensors) -> bool:
 def _rejects(operator, call, outputs, error=ValueError, match=""):
     """`call()` raises `error` naming `operator`; `outputs` are untouched."""
     before = _snapshot(outputs)
-    with pytest.raises(error, match=f"`{operator}`.*{match}"):
+    named = f"`{operator}`" if operator.islower() else operator
+    with pytest.raises(error, match=f"{named}.*{match}"):
         call()
     assert _unchanged(before, outputs), f"`{operator}` wrote before raising"
 
@@ -503,3 +504,39 @@ def test_eight_threads_of_mixed_calls_match_torch():
     for thread in threads:
         thread.join()
     assert not failures, failures
+
+
+def test_an_operator_without_an_implementation_here_is_still_bound():
+    if not hasattr(infini.ops, "get_cutlass_moe_mm_data"):
+        pytest.skip("an ops.json or allowlist build")
+    cls = infini.ops.GetCutlassMoeMmData
+    assert cls.active_implementation_indices("cpu") == []
+    ids = torch.zeros(4, 2, dtype=torch.int32)
+    outputs = [torch.zeros(9, dtype=torch.int32) for _ in range(5)]
+    _rejects(
+        "GetCutlassMoeMmData",
+        lambda: infini.ops.get_cutlass_moe_mm_data(ids, 8, 16, 16, True, *outputs),
+        outputs,
+        match="device cpu",
+    )
+
+
+@needs_aten
+def test_max_unpool_both_overloads_give_torch_results():
+    functional = torch.nn.functional
+    x = torch.randn(1, 2, 8, 8)
+    pooled, indices = functional.max_pool2d(x, 2, return_indices=True)
+    expected = functional.max_unpool2d(pooled, indices, 2)
+    for call in (
+        lambda out: infini.ops.max_unpool2d(pooled, indices, [2], None, [0], None, out),
+        lambda out: infini.ops.max_unpool2d(pooled, indices, [8, 8], out),
+    ):
+        out = torch.full(expected.shape, 7.0)
+        call(out)
+        assert torch.equal(out, expected)
+    x = torch.randn(1, 2, 4, 4, 4)
+    pooled, indices = functional.max_pool3d(x, 2, return_indices=True)
+    expected = functional.max_unpool3d(pooled, indices, 2)
+    out = torch.full(expected.shape, 7.0)
+    infini.ops.max_unpool3d(pooled, indices, [2], None, [0], None, out)
+    assert torch.equal(out, expected)
