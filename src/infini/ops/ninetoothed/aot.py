@@ -28,9 +28,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from infini.ops.runtime.cache import write_atomically
 from infini.ops.runtime.triton import TRITON_TYPE, Pointer, ast_source
 
-from .cache import write_atomically
 from .generation import load_source, write_source
 
 DTYPES = ("float32", "float16", "bfloat16")

@@ -38,10 +38,11 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from infini.ops.runtime.cache import write_atomically
 from infini.ops.runtime.triton import next_power_of_two, python_function
 
 from . import language
-from .cache import generated_source_path, write_atomically
+from .cache import generated_source_path
 
 # Every module of the package outside `ops/` (this generator, the helpers,
 # the shared arrangements) is part of each fingerprint.

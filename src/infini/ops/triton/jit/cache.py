@@ -20,27 +20,13 @@ and moved into place, so readers never see half a file.
 from __future__ import annotations
 
 import json
-import os
-import sys
-import tempfile
 from pathlib import Path
 
 from infini.ops.core.config import CompileConfig
+from infini.ops.runtime.cache import triton_cache_directory as cache_directory
+from infini.ops.runtime.cache import write_atomically
 
 _INT32 = range(-(2**31), 2**31)
-
-
-def cache_directory() -> Path:
-    configured = os.environ.get("INFINI_OPS_TRITON_CACHE_DIR")
-    if configured:
-        return Path(configured)
-    if sys.platform == "win32" and os.environ.get("LOCALAPPDATA"):
-        return Path(os.environ["LOCALAPPDATA"], "infiniops", "triton")
-    if os.environ.get("XDG_CACHE_HOME"):
-        return Path(os.environ["XDG_CACHE_HOME"], "infiniops", "triton")
-    if os.environ.get("HOME"):
-        return Path(os.environ["HOME"], ".cache", "infiniops", "triton")
-    return Path(tempfile.gettempdir(), "infiniops", "triton")
 
 
 def fnv1a_64(text: str) -> str:
@@ -60,21 +46,6 @@ def identity(*fields) -> str:
 
 def cache_path(identity_text: str, suffix: str, directory: Path | None = None) -> Path:
     return (directory or cache_directory()) / f"{fnv1a_64(identity_text)}{suffix}"
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(
-        dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"
-    )
-    try:
-        with os.fdopen(descriptor, "wb") as file:
-            file.write(data)
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 def write_kernel_artifact(
