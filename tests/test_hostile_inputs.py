@@ -19,7 +19,9 @@ import torch
 
 import infini.ops
 
-CPU_ATEN = 8 in infini.ops.Abs.active_implementation_indices("cpu")
+CPU_ATEN = hasattr(infini.ops, "Abs") and 8 in (
+    infini.ops.Abs.active_implementation_indices("cpu")
+)
 needs_aten = pytest.mark.skipif(not CPU_ATEN, reason="slot 8 is not in this build")
 
 
@@ -35,6 +37,8 @@ def _unchanged(before, tensors) -> bool:
 
 def _rejects(operator, call, outputs, error=ValueError, match=""):
     """`call()` raises `error` naming `operator`; `outputs` are untouched."""
+    if operator.islower() and not hasattr(infini.ops, operator):
+        pytest.skip(f"`{operator}` is not in this build")
     before = _snapshot(outputs)
     named = f"`{operator}`" if operator.islower() else operator
     with pytest.raises(error, match=f"{named}.*{match}"):
