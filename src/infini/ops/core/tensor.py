@@ -56,13 +56,6 @@ class TensorMeta:
             expected *= size
         return True
 
-    def has_broadcast_dim(self) -> bool:
-        """Whether some dimension of size > 1 has stride 0 (never for a tensor
-        without elements: nothing is written twice)."""
-        if self.numel == 0:
-            return False
-        return any(s == 0 and n > 1 for n, s in zip(self.shape, self.strides))
-
     def __repr__(self) -> str:
         return (
             f"TensorMeta(shape={self.shape}, strides={self.strides}, "
