@@ -1,12 +1,13 @@
 """Names the dead-code check cannot see used.
 
 CI runs ``vulture src scripts benchmarks examples tests/vulture_whitelist.py
---min-confidence 60``; `[tool.vulture]` in `pyproject.toml` already skips what a decorator registers
-(`@implementation` classes, Numba `@overload`/`@intrinsic` functions, pytest
-fixtures) and parameters named `unused`. What is left is used by name from
-outside the Python sources: through the build manifest, by Numba or NumPy,
-or by callers of the public surface. Each entry says who uses it. This file
-is read by vulture, never imported.
+--min-confidence 60``; `[tool.vulture]` in `pyproject.toml` already skips what
+a decorator registers (`@implementation` classes, Numba
+`@overload`/`@intrinsic` functions, pytest fixtures) and parameters named
+`unused`. What is left is used by name from outside the Python sources:
+through the build manifest, by Numba or NumPy, or by callers of the public
+surface. Each entry says who uses it. This file is read by vulture, never
+imported.
 """
 
 from types import SimpleNamespace
