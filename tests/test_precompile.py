@@ -6,7 +6,6 @@ The hooks themselves are not run here (together they compile for minutes);
 compiles nothing."""
 
 import importlib
-from pathlib import Path
 
 import pytest
 
@@ -14,11 +13,9 @@ from infini.ops.core.manifest import load_manifest
 
 pytest.importorskip("numba")
 
+
 # Operators whose CPU implementation compiles nothing (NumPy's BLAS on views
 # of the tensors): they need no hook.
-NOTHING_TO_COMPILE = {"gemm", "linear", "matmul"}
-
-
 def _cpu_classes():
     """(operator, implementation class) of every native CPU implementation
     in the build."""
@@ -35,25 +32,6 @@ def test_every_cpu_operator_has_a_precompile_hook():
     classes = _cpu_classes()
     assert classes, "the build has no native CPU implementation"
     missing = [
-        name
-        for name, cls in classes
-        if name not in NOTHING_TO_COMPILE
-        and not callable(getattr(cls, "precompile", None))
+        name for name, cls in classes if not callable(getattr(cls, "precompile", None))
     ]
     assert not missing, f"CPU operators without a `precompile` hook: {missing}"
-
-
-def test_operators_without_a_hook_compile_nothing():
-    """The exemption holds only while their modules (and the BLAS helper
-    they use) define no Numba kernel."""
-    import infini.ops.native.cpu.blas as blas
-
-    for name, cls in _cpu_classes():
-        if name not in NOTHING_TO_COMPILE:
-            continue
-        module = importlib.import_module(cls.__module__)
-        for path in (module.__file__, blas.__file__):
-            source = Path(path).read_text(encoding="utf-8")
-            assert "numba" not in source and ".jit" not in source, (
-                f"`{name}` now compiles kernels ({path}): give it a hook"
-            )

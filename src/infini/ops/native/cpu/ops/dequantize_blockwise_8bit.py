@@ -74,3 +74,25 @@ class CpuDequantizeBlockwise8bit(DequantizeBlockwise8bit):
                 self.blocksize,
                 self.chunks,
             )
+
+    @classmethod
+    def precompile(cls) -> int:
+        """Compiles the kernel of each output dtype."""
+        import torch
+
+        import infini.ops
+        from infini.ops.base.dequantize_blockwise_8bit import (
+            DEQUANTIZE_BLOCKWISE_8BIT_DTYPES,
+        )
+
+        calls = 0
+        for name in DEQUANTIZE_BLOCKWISE_8BIT_DTYPES:
+            input = torch.zeros(64, dtype=torch.uint8)
+            absmax = torch.ones(1)
+            code = torch.zeros(256)
+            out = torch.empty(64, dtype=getattr(torch, name))
+            infini.ops.dequantize_blockwise_8bit(
+                input, absmax, code, 64, out, implementation_index=0
+            )
+            calls += 1
+        return calls

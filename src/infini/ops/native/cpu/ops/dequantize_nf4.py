@@ -74,3 +74,20 @@ class CpuDequantizeNf4(DequantizeNf4):
                 self.blocksize,
                 self.chunks,
             )
+
+    @classmethod
+    def precompile(cls) -> int:
+        """Compiles the kernel of each output dtype."""
+        import torch
+
+        import infini.ops
+        from infini.ops.base.dequantize_nf4 import DEQUANTIZE_NF4_DTYPES
+
+        calls = 0
+        for name in DEQUANTIZE_NF4_DTYPES:
+            input = torch.zeros(32, dtype=torch.uint8)
+            absmax = torch.ones(1)
+            out = torch.empty(64, dtype=getattr(torch, name))
+            infini.ops.dequantize_nf4(input, absmax, 64, out, implementation_index=0)
+            calls += 1
+        return calls

@@ -40,3 +40,22 @@ class CpuLinear(Linear):
             out.data_ptr(),
             0 if bias is None else bias.data_ptr(),
         )
+
+    @classmethod
+    def precompile(cls) -> int:
+        """Compiles the small-row product kernel (at most
+        `NARROW_WEIGHT_MAX_ROWS` rows by a transposed weight) for each
+        precompiled dtype; larger products run NumPy's BLAS."""
+        import torch
+
+        import infini.ops
+        from infini.ops.native.cpu.precompile import torch_dtypes
+
+        calls = 0
+        for dtype in torch_dtypes():
+            input = torch.zeros(4, 64, dtype=dtype)
+            weight = torch.zeros(32, 64, dtype=dtype)
+            out = torch.empty(4, 32, dtype=dtype)
+            infini.ops.linear(input, weight, None, out, implementation_index=0)
+            calls += 1
+        return calls
