@@ -36,7 +36,7 @@ from .config import parse_config
 from .devices import DeviceMap
 from .errors import OperatorError, describe_value
 from .geometry import written_geometry_problem
-from .operator import Arguments, Operator, check_written_disjoint
+from .operator import Arguments, Operator, check_written_disjoint, written_extents
 from .signature import (
     BOOL,
     FLOAT,
@@ -78,12 +78,15 @@ class BoundOverload:
         self.index = overload.index
         self.key = _compile_key_function(overload, cpu_only, call_scalars)
         self.tensors = _compile_tensor_getter(overload, canonical_tensors)
+        # Written tensors that must not share memory; the operator built for
+        # a geometry holds their extents (`written_extents`).
+        self.written_pairs = _written_pairs(overload, shared_outputs)
         self.run = _compile_runner(
             overload,
             canonical_tensors,
             call_scalars,
             defaults or {},
-            (operator, _written_pairs(overload, shared_outputs)),
+            operator if self.written_pairs else "",
         )
 
 
@@ -212,15 +215,15 @@ def _compile_runner(
     canonical_tensors: tuple[str, ...],
     call_scalars: tuple[str, ...],
     defaults: dict,
-    written: tuple = ("", ()),
+    checked_operator: str = "",
 ) -> Callable:
     """`run(operator, stream, values)`: hands the operator the values of its
     `call_scalars` (if any) and launches it on the call's canonical tensors.
     One generated call instead of building a tuple and unpacking it keeps the
-    cached path as cheap as a plain `launch`. With several written tensors it
-    first checks that they do not share memory (`written`: the operator name
-    and the pairs to compare); addresses change per call, so this cannot be
-    part of the cached plan."""
+    cached path as cheap as a plain `launch`. With several written tensors
+    (`checked_operator` names the operator) it first checks that they do not
+    share memory: addresses change per call, so only their extents
+    (`operator.written_extents`) are part of the cached plan."""
     items = []
     for name in canonical_tensors:
         position = overload.position.get(name)
@@ -228,11 +231,11 @@ def _compile_runner(
         items.append(f"a[{position}]" if parameter and parameter.is_tensor else "None")
     lines = ["def run(operator, stream, a):"]
     namespace: dict = {"_index": _operator.index}
-    operator_name, pairs = written
-    if pairs:
+    if checked_operator:
         namespace["_check_written"] = check_written_disjoint
-        namespace["_pairs"] = pairs
-        lines.append(f"    _check_written({operator_name!r}, _pairs, a)")
+        lines.append(
+            f"    _check_written({checked_operator!r}, operator.written_extents, a)"
+        )
     if call_scalars:
         values = []
         for number, name in enumerate(call_scalars):
@@ -467,7 +470,10 @@ class OperatorEntry:
             arguments.config = config
         module_name, class_name = self.modules[(device.platform, slot)]
         implementation = getattr(importlib.import_module(module_name), class_name)
-        return implementation(arguments)
+        operator = implementation(arguments)
+        if bound.written_pairs:
+            operator.written_extents = written_extents(bound.written_pairs, arguments)
+        return operator
 
     def _check_written_geometry(self, overload: Overload, arguments) -> None:
         """Every written tensor must hold each of its elements once: no

@@ -141,31 +141,41 @@ class Operator:
             raise self.error(f"`{name}` is written but {problem}.")
 
 
-def check_written_disjoint(operator: str, pairs, tensors) -> None:
-    """Raises a `ValueError` naming both parameters when two written tensors
-    share memory (see the comment below for what is detected). `pairs`
-    holds (name, position, name, position) of the written tensors to
-    compare; `tensors` the call's values. Addresses are
-    per call, so this runs on every launch of operators with several written
-    tensors (a few comparisons)."""
+def written_extents(pairs, arguments) -> tuple:
+    """The geometry part of `check_written_disjoint`, computed once per built
+    operator: for each (name, position, name, position) of `pairs` whose
+    tensors are both present, the byte offsets each tensor reaches from its
+    data pointer and whether both are contiguous."""
+    extents = []
     for first, i, second, j in pairs:
-        a = tensors[i]
-        b = tensors[j]
-        if a is None or b is None:
+        a = getattr(arguments, first, None)
+        b = getattr(arguments, second, None)
+        if not isinstance(a, TensorMeta) or not isinstance(b, TensorMeta):
             continue
-        low_a, high_a = byte_range(a.data_ptr(), a.shape, a.stride(), a.element_size())
-        low_b, high_b = byte_range(b.data_ptr(), b.shape, b.stride(), b.element_size())
+        low_a, high_a = byte_range(0, a.shape, a.strides, a.element_size)
+        low_b, high_b = byte_range(0, b.shape, b.strides, b.element_size)
+        contiguous = a.is_contiguous() and b.is_contiguous()
+        extents.append((first, i, low_a, high_a, second, j, low_b, high_b, contiguous))
+    return tuple(extents)
+
+
+def check_written_disjoint(operator: str, extents, tensors) -> None:
+    """Raises a `ValueError` naming both parameters when two written tensors
+    share memory (see the comment below for what is detected). `extents`
+    comes from `written_extents`; `tensors` are the call's values. Addresses
+    are per call, so this runs on every launch of operators with several
+    written tensors: two data pointers and a few comparisons per pair."""
+    for first, i, low_a, high_a, second, j, low_b, high_b, contiguous in extents:
+        address_a = tensors[i].data_ptr()
+        address_b = tensors[j].data_ptr()
         # Intersecting ranges are shared elements when the tensors start at
         # one address or both fill their ranges; views that interleave in
         # one buffer (`q` and `k` of a fused `qkv`) are told apart by
         # neither, and are allowed.
         if (
-            low_a < high_b
-            and low_b < high_a
-            and (
-                a.data_ptr() == b.data_ptr()
-                or (a.is_contiguous() and b.is_contiguous())
-            )
+            address_a + low_a < address_b + high_b
+            and address_b + low_b < address_a + high_a
+            and (address_a == address_b or contiguous)
         ):
             raise OperatorError(
                 operator,
