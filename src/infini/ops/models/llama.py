@@ -8,6 +8,11 @@ calls on views of buffers allocated once, in `LlamaModel.__init__`; torch
 only allocates memory and makes views. The decode rows attend through
 `paged_attention_infinilm`, the prefill rows through
 `paged_attention_prefill_infinilm`, both over the same paged KV cache.
+
+A checkpoint loaded with ``load_gguf(path, quantised=True)`` keeps its
+matrices as the file's GGML blocks (4-bit Q4_1 for SmolLM2): every
+projection is then `ggml_mul_mat_vec_a8` (a few rows) or `ggml_mul_mat_a8`
+(prefill), which read the packed blocks directly; activations stay float32.
 """
 
 from __future__ import annotations
@@ -17,10 +22,15 @@ import torch
 
 import infini.ops as ops
 
-from .gguf_loader import LlamaCheckpoint, LlamaConfig
+from .gguf_loader import LlamaCheckpoint, LlamaConfig, QuantisedMatrix
 from .kv_cache import PagedKVCache
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+# Quantised products of at most this many rows take the matrix-vector
+# kernel (each weight block read once per row); more rows take the tiled
+# matrix-matrix kernel, which unpacks each block once for several rows.
+VECTOR_ROWS = 8
 
 
 def rotary_cos_sin_cache(config: LlamaConfig, max_position: int) -> torch.Tensor:
@@ -39,10 +49,87 @@ def rotary_cos_sin_cache(config: LlamaConfig, max_position: int) -> torch.Tensor
     return torch.cat((angles.cos(), angles.sin()), dim=-1).contiguous()
 
 
+class DenseProjection:
+    """``out = x @ weight.T`` with a float weight (`linear`)."""
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        self.weight = weight
+
+    def __call__(self, x: torch.Tensor, out: torch.Tensor) -> None:
+        ops.linear(x, self.weight, None, out)
+
+    def nbytes(self) -> int:
+        return self.weight.numel() * self.weight.element_size()
+
+
+class QuantisedProjection:
+    """``out = x @ dequantize(blocks).T`` read straight from GGML blocks."""
+
+    def __init__(self, matrix: QuantisedMatrix) -> None:
+        self.blocks = torch.from_numpy(np.ascontiguousarray(matrix.blocks))
+        self.quant_type = matrix.quant_type
+        self.rows = matrix.rows
+        self.cols = matrix.cols
+
+    def __call__(self, x: torch.Tensor, out: torch.Tensor) -> None:
+        if x.shape[0] <= VECTOR_ROWS:
+            ops.ggml_mul_mat_vec_a8(self.blocks, x, self.quant_type, self.rows, out)
+        else:
+            ops.ggml_mul_mat_a8(self.blocks, x, self.quant_type, self.rows, out)
+
+    def nbytes(self) -> int:
+        return self.blocks.numel()
+
+
+class ConcatenatedProjection:
+    """Several quantised matrices of different GGML types applied to the
+    same input, their outputs side by side (a fused projection whose parts
+    cannot share one block matrix)."""
+
+    def __init__(self, parts: list[QuantisedProjection], max_tokens: int, dtype):
+        self.parts = parts
+        self.outputs = [
+            torch.empty((max_tokens, part.rows), dtype=dtype) for part in parts
+        ]
+
+    def __call__(self, x: torch.Tensor, out: torch.Tensor) -> None:
+        tokens = x.shape[0]
+        outputs = [output[:tokens] for output in self.outputs]
+        for part, output in zip(self.parts, outputs, strict=True):
+            part(x, output)
+        ops.cat(outputs, 1, out)
+
+    def nbytes(self) -> int:
+        return sum(part.nbytes() for part in self.parts)
+
+
+def _fused_projection(matrices, dtype, max_tokens):
+    """One projection computing the outputs of `matrices` (the same input
+    features) side by side."""
+    if not isinstance(matrices[0], QuantisedMatrix):
+        return DenseProjection(_to_device_dtype(np.concatenate(matrices), dtype))
+    if len({matrix.quant_type for matrix in matrices}) == 1:
+        stacked = np.concatenate([matrix.blocks for matrix in matrices])
+        first = matrices[0]
+        return QuantisedProjection(
+            QuantisedMatrix(stacked, first.quant_type, first.cols)
+        )
+    parts = [QuantisedProjection(matrix) for matrix in matrices]
+    return ConcatenatedProjection(parts, max_tokens, dtype)
+
+
+def _projection(matrix, dtype):
+    if isinstance(matrix, QuantisedMatrix):
+        return QuantisedProjection(matrix)
+    return DenseProjection(_to_device_dtype(matrix, dtype))
+
+
 class Layer:
     """One decoder layer's weights, fused for fewer calls: ``qkv`` stacks the
     query, key and value projections and ``gate_up`` the gate and up
-    projections (the order `silu_and_mul` expects)."""
+    projections (the order `silu_and_mul` expects). Projections are
+    callables ``(x, out)``: `DenseProjection` or, for a quantised checkpoint,
+    `QuantisedProjection`."""
 
     def __init__(self, attn_norm, qkv, o_proj, ffn_norm, gate_up, down_proj):
         self.attn_norm = attn_norm
@@ -51,6 +138,18 @@ class Layer:
         self.ffn_norm = ffn_norm
         self.gate_up = gate_up
         self.down_proj = down_proj
+
+
+def _embedding_table(table, dtype: torch.dtype) -> torch.Tensor:
+    """The float table `embedding` gathers rows from. A quantised table is
+    dequantised once here by `ggml_dequantize` (a step reads one row per
+    token of it; its blocks stay the tied output projection's weight)."""
+    if not isinstance(table, QuantisedMatrix):
+        return _to_device_dtype(table, dtype)
+    blocks = torch.from_numpy(np.ascontiguousarray(table.blocks))
+    out = torch.empty((table.rows, table.cols), dtype=dtype)
+    ops.ggml_dequantize(blocks, table.quant_type, table.rows, table.cols, out)
+    return out
 
 
 def _to_device_dtype(array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
@@ -107,27 +206,38 @@ class LlamaModel:
         self.kv_size = kv_heads * head_dim
         self.scale = head_dim**-0.5
 
+        if checkpoint.quantised and dtype != torch.float32:
+            raise ValueError(
+                "a quantised checkpoint runs with float32 activations, got "
+                f"`dtype` {dtype}."
+            )
+
         def weight(array):
             return _to_device_dtype(array, dtype)
 
-        self.embed_tokens = weight(checkpoint.embed_tokens)
+        self.embed_tokens = _embedding_table(checkpoint.embed_tokens, dtype)
         self.layers = [
             Layer(
                 attn_norm=weight(layer.attn_norm),
-                qkv=weight(np.concatenate((layer.q_proj, layer.k_proj, layer.v_proj))),
-                o_proj=weight(layer.o_proj),
+                qkv=_fused_projection(
+                    [layer.q_proj, layer.k_proj, layer.v_proj], dtype, max_tokens
+                ),
+                o_proj=_projection(layer.o_proj, dtype),
                 ffn_norm=weight(layer.ffn_norm),
-                gate_up=weight(np.concatenate((layer.gate_proj, layer.up_proj))),
-                down_proj=weight(layer.down_proj),
+                gate_up=_fused_projection(
+                    [layer.gate_proj, layer.up_proj], dtype, max_tokens
+                ),
+                down_proj=_projection(layer.down_proj, dtype),
             )
             for layer in checkpoint.layers
         ]
         self.final_norm = weight(checkpoint.final_norm)
-        self.lm_head = (
-            self.embed_tokens
-            if config.tie_word_embeddings
-            else weight(checkpoint.lm_head)
-        )
+        if not config.tie_word_embeddings:
+            self.lm_head = _projection(checkpoint.lm_head, dtype)
+        elif isinstance(checkpoint.embed_tokens, QuantisedMatrix):
+            self.lm_head = QuantisedProjection(checkpoint.embed_tokens)
+        else:
+            self.lm_head = DenseProjection(self.embed_tokens)
         self.cos_sin_cache = rotary_cos_sin_cache(config, self.max_seq_len)
 
         max_blocks_per_seq = -(-self.max_seq_len // block_size)
@@ -174,14 +284,17 @@ class LlamaModel:
 
     def weight_bytes_per_token(self) -> int:
         """Bytes of weights one decode step reads (every matrix and norm
-        once; of the embedding table only one row per token)."""
+        once, as stored: packed blocks for a quantised checkpoint; of the
+        embedding table only one row per token)."""
         total = 0
         for layer in self.layers:
-            for tensor in vars(layer).values():
-                total += tensor.numel() * tensor.element_size()
+            for part in vars(layer).values():
+                if isinstance(part, torch.Tensor):
+                    total += part.numel() * part.element_size()
+                else:
+                    total += part.nbytes()
         total += self.final_norm.numel() * self.final_norm.element_size()
-        total += self.lm_head.numel() * self.lm_head.element_size()
-        return total
+        return total + self.lm_head.nbytes()
 
     def forward(
         self,
@@ -239,7 +352,7 @@ class LlamaModel:
         last = len(self.layers) - 1
         for index, layer in enumerate(self.layers):
             k_cache, v_cache = self.cache.layer_caches(index)
-            ops.linear(hidden, layer.qkv, None, qkv)
+            layer.qkv(hidden, qkv)
             ops.rotary_embedding(positions, query, key, cos_sin, head_dim, True)
             ops.paged_caching_infinilm(key, value, slot_mapping, k_cache, v_cache)
             if decode:
@@ -265,11 +378,11 @@ class LlamaModel:
                     scale,
                     prefill_out,
                 )
-            ops.linear(attention_flat, layer.o_proj, None, hidden)
+            layer.o_proj(attention_flat, hidden)
             ops.fused_add_rms_norm(hidden, residual, layer.ffn_norm, eps)
-            ops.linear(hidden, layer.gate_up, None, gate_up)
+            layer.gate_up(hidden, gate_up)
             ops.silu_and_mul(gate_up, activation)
-            ops.linear(activation, layer.down_proj, None, hidden)
+            layer.down_proj(activation, hidden)
             next_norm = (
                 self.final_norm if index == last else self.layers[index + 1].attn_norm
             )
@@ -281,14 +394,14 @@ class LlamaModel:
                     (self.max_tokens, config.vocab_size), dtype=self.dtype
                 )
             logits = self._all_logits[:tokens]
-            ops.linear(hidden, self.lm_head, None, logits)
+            self.lm_head(hidden, logits)
             return logits
         last_hidden = self.last_hidden[:num_logits]
         logits = self.logits[:num_logits]
         if num_logits == tokens:
-            ops.linear(hidden, self.lm_head, None, logits)
+            self.lm_head(hidden, logits)
         else:
             # `embedding` gathers rows: the last token of each sequence.
             ops.embedding(self.logit_rows[:num_logits], hidden, last_hidden)
-            ops.linear(last_hidden, self.lm_head, None, logits)
+            self.lm_head(last_hidden, logits)
         return logits
