@@ -1,0 +1,834 @@
+"""GGML block-quantised weights on the CPU: dequantisation and the products
+with 8-bit quantised activations (`ggml_dequantize`, `ggml_mul_mat_vec_a8`,
+`ggml_mul_mat_a8`). The block layouts are described in
+`infini.ops.base._ggml`.
+
+The products read the packed blocks directly. Each activation row is first
+quantised into int8 codes with one float32 scale per 32 values (plus the
+code sums the formats with a minimum or an offset need); a weight block then
+meets the codes in integer dot products written as LLVM vector IR (the
+intrinsics below): the block's bytes are loaded as one vector, their codes
+unpacked with vector shifts and masks, widened, multiplied with the
+activation codes and summed. LLVM lowers the pattern to the best
+instructions the host has (`vpdpbusd` with AVX-VNNI, `vpmaddwd` with AVX2,
+`sdot`/`smull` on AArch64); plain Numba loops of 16 or 32 iterations are
+unrolled before the vectoriser sees them and stay scalar. Only the block's
+float32 factors and the running sum are scalar work.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import numpy as np
+from llvmlite import ir
+from numba import prange, types
+from numba.extending import intrinsic
+
+from infini.ops.base._ggml import (
+    ACTIVATION_BLOCK,
+    GGML_TYPES,
+    Q2_K,
+    Q3_K,
+    Q4_0,
+    Q4_1,
+    Q4_K,
+    Q5_0,
+    Q5_1,
+    Q5_K,
+    Q6_K,
+    Q8_0,
+)
+
+from .dtype_io import loader, storer
+from .jit import helper, kernel
+from .memory import STORAGE, element_array
+
+_I8 = ir.IntType(8)
+_I16 = ir.IntType(16)
+_I32 = ir.IntType(32)
+
+
+# Vector IR building blocks.
+
+
+def _vector_type(element, count):
+    return ir.VectorType(element, count)
+
+
+def _load_vector(builder, address, element, count):
+    """`count` elements at an integer address, with no alignment assumed."""
+    pointer = builder.inttoptr(address, _vector_type(element, count).as_pointer())
+    return builder.load(pointer, align=1)
+
+
+def _splat(builder, value, count):
+    """A vector of `count` copies of the scalar `value`."""
+    vector_type = _vector_type(value.type, count)
+    single = builder.insert_element(
+        ir.Constant(vector_type, ir.Undefined), value, ir.Constant(_I32, 0)
+    )
+    return builder.shuffle_vector(
+        single,
+        ir.Constant(vector_type, ir.Undefined),
+        ir.Constant(_vector_type(_I32, count), [0] * count),
+    )
+
+
+def _constant_splat(element, count, value):
+    return ir.Constant(_vector_type(element, count), [value] * count)
+
+
+def _reduce_add(builder, vector):
+    count = vector.type.count
+    width = vector.type.element.width
+    name = f"llvm.vector.reduce.add.v{count}i{width}"
+    function = builder.module.globals.get(name)
+    if function is None:
+        function = ir.Function(
+            builder.module, ir.FunctionType(vector.type.element, [vector.type]), name
+        )
+    return builder.call(function, [vector])
+
+
+def _dot_unsigned(builder, codes, x_address):
+    """``sum(codes[j] * x[j])``: `codes` an i8 vector of unsigned codes
+    (below 128), `x` as many int8 activation codes at `x_address`."""
+    count = codes.type.count
+    wide = _vector_type(_I32, count)
+    x = _load_vector(builder, x_address, _I8, count)
+    return _reduce_add(
+        builder, builder.mul(builder.zext(codes, wide), builder.sext(x, wide))
+    )
+
+
+def _byte(context, builder, value, value_type):
+    """An integer argument as an i8 (shift counts and masks)."""
+    return context.cast(builder, value, value_type, types.uint8)
+
+
+def _bits(context, builder, args, arg_types, count):
+    """``(packed[j] >> shift) & mask`` for ``j < count`` from the first three
+    arguments ``(packed, shift, mask)``."""
+    packed = _load_vector(builder, args[0], _I8, count)
+    shift = _splat(builder, _byte(context, builder, args[1], arg_types[1]), count)
+    mask = _splat(builder, _byte(context, builder, args[2], arg_types[2]), count)
+    return builder.and_(builder.lshr(packed, shift), mask)
+
+
+def _integers(*arg_types) -> bool:
+    return all(isinstance(t, types.Integer) for t in arg_types)
+
+
+@intrinsic
+def dot_nibble_pairs(typingctx, packed, x):
+    """``sum(q[j] * x[j], j < 32)`` where ``q[j]`` is the low nibble of byte
+    ``j`` of the 16 bytes at `packed` for ``j < 16`` and the high nibble of
+    byte ``j - 16`` after (Q4_0/Q4_1 codes); `x` points at 32 int8 codes."""
+    if not _integers(packed, x):
+        return None
+
+    def codegen(context, builder, signature, args):
+        packed = _load_vector(builder, args[0], _I8, 16)
+        low = builder.and_(packed, _constant_splat(_I8, 16, 15))
+        high = builder.lshr(packed, _constant_splat(_I8, 16, 4))
+        codes = builder.shuffle_vector(
+            low, high, ir.Constant(_vector_type(_I32, 32), list(range(32)))
+        )
+        return _dot_unsigned(builder, codes, args[1])
+
+    return types.int32(packed, x), codegen
+
+
+@intrinsic
+def dot_nibble_pairs_high(typingctx, packed, high, x):
+    """`dot_nibble_pairs` with bit ``j`` of the little-endian uint32 at
+    `high` as bit 4 of code ``j`` (Q5_0/Q5_1 codes)."""
+    if not _integers(packed, high, x):
+        return None
+
+    def codegen(context, builder, signature, args):
+        packed = _load_vector(builder, args[0], _I8, 16)
+        low = builder.and_(packed, _constant_splat(_I8, 16, 15))
+        upper = builder.lshr(packed, _constant_splat(_I8, 16, 4))
+        codes = builder.shuffle_vector(
+            low, upper, ir.Constant(_vector_type(_I32, 32), list(range(32)))
+        )
+        word = builder.load(builder.inttoptr(args[1], _I32.as_pointer()), align=1)
+        bits = builder.lshr(
+            _splat(builder, word, 32),
+            ir.Constant(_vector_type(_I32, 32), list(range(32))),
+        )
+        bits = builder.trunc(
+            builder.and_(bits, _constant_splat(_I32, 32, 1)), _vector_type(_I8, 32)
+        )
+        codes = builder.or_(codes, builder.shl(bits, _constant_splat(_I8, 32, 4)))
+        return _dot_unsigned(builder, codes, args[2])
+
+    return types.int32(packed, high, x), codegen
+
+
+@intrinsic
+def dot_signed_32(typingctx, packed, x):
+    """``sum(w[j] * x[j], j < 32)`` of two int8 vectors (Q8_0 codes)."""
+    if not _integers(packed, x):
+        return None
+
+    def codegen(context, builder, signature, args):
+        wide = _vector_type(_I32, 32)
+        weights = builder.sext(_load_vector(builder, args[0], _I8, 32), wide)
+        x = builder.sext(_load_vector(builder, args[1], _I8, 32), wide)
+        return _reduce_add(builder, builder.mul(weights, x))
+
+    return types.int32(packed, x), codegen
+
+
+def _dot_bits(count):
+    @intrinsic
+    def dot_bits(typingctx, packed, shift, mask, x):
+        """``sum(((packed[j] >> shift) & mask) * x[j], j < count)``."""
+        if not _integers(packed, shift, mask, x):
+            return None
+
+        def codegen(context, builder, signature, args):
+            codes = _bits(context, builder, args, signature.args, count)
+            return _dot_unsigned(builder, codes, args[3])
+
+        return types.int32(packed, shift, mask, x), codegen
+
+    return dot_bits
+
+
+def _dot_bits_high(count):
+    @intrinsic
+    def dot_bits_high(
+        typingctx, packed, shift, mask, high, high_shift, high_mask, position, x
+    ):
+        """``sum(q[j] * x[j], j < count)`` with ``q[j] = ((packed[j] >> shift)
+        & mask) | (((high[j] >> high_shift) & high_mask) << position)``."""
+        if not _integers(packed, shift, mask, high, high_shift, high_mask, position, x):
+            return None
+
+        def codegen(context, builder, signature, args):
+            arg_types = signature.args
+            codes = _bits(context, builder, args, arg_types, count)
+            upper = _bits(context, builder, args[3:6], arg_types[3:6], count)
+            position = _splat(
+                builder, _byte(context, builder, args[6], arg_types[6]), count
+            )
+            codes = builder.or_(codes, builder.shl(upper, position))
+            return _dot_unsigned(builder, codes, args[7])
+
+        signature = types.int32(
+            packed, shift, mask, high, high_shift, high_mask, position, x
+        )
+        return signature, codegen
+
+    return dot_bits_high
+
+
+dot_bits_16 = _dot_bits(16)
+dot_bits_32 = _dot_bits(32)
+dot_bits_high_16 = _dot_bits_high(16)
+dot_bits_high_32 = _dot_bits_high(32)
+
+
+@intrinsic
+def half_at(typingctx, address):
+    """The IEEE half-precision value at `address` (any alignment), as
+    float32."""
+    if not isinstance(address, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        bits = builder.load(builder.inttoptr(args[0], _I16.as_pointer()), align=1)
+        return builder.fpext(builder.bitcast(bits, ir.HalfType()), ir.FloatType())
+
+    return types.float32(address), codegen
+
+
+# Scale decoding shared by dequantisation and the products.
+
+
+@helper
+def k4_scale_min(scales, j):
+    """The 6-bit scale and min of group `j` (of 8) of a Q4_K/Q5_K block,
+    `scales` its 12 scale bytes."""
+    if j < 4:
+        return np.int32(scales[j] & 63), np.int32(scales[j + 4] & 63)
+    packed = np.int32(scales[j + 4])
+    scale = (packed & 15) | ((np.int32(scales[j - 4]) >> 6) << 4)
+    minimum = (packed >> 4) | ((np.int32(scales[j]) >> 6) << 4)
+    return scale, minimum
+
+
+@helper
+def q3_scale(scales, i):
+    """The signed 6-bit scale of group `i` (of 16) of a Q3_K block."""
+    if i < 8:
+        low = np.int32(scales[i]) & 15
+    else:
+        low = np.int32(scales[i - 8]) >> 4
+    high = (np.int32(scales[8 + i % 4]) >> (2 * (i // 4))) & 3
+    return (low | (high << 4)) - 32
+
+
+# Dequantisation: one block of `block_elements` values into `out` from
+# element `at`, each computed in float32 as llama.cpp's reference does.
+
+
+@helper
+def dequantize_q4_0(block, out, at, store):
+    d = half_at(block)
+    packed = element_array(block + 2, 16, np.uint8)
+    for j in range(16):
+        store(out, at + j, d * np.float32(np.int32(packed[j] & 15) - 8))
+        store(out, at + j + 16, d * np.float32(np.int32(packed[j] >> 4) - 8))
+
+
+@helper
+def dequantize_q4_1(block, out, at, store):
+    d = half_at(block)
+    m = half_at(block + 2)
+    packed = element_array(block + 4, 16, np.uint8)
+    for j in range(16):
+        store(out, at + j, d * np.float32(packed[j] & 15) + m)
+        store(out, at + j + 16, d * np.float32(packed[j] >> 4) + m)
+
+
+@helper
+def q5_high_bits(block):
+    high = element_array(block, 4, np.uint8)
+    return (
+        np.uint32(high[0])
+        | (np.uint32(high[1]) << 8)
+        | (np.uint32(high[2]) << 16)
+        | (np.uint32(high[3]) << 24)
+    )
+
+
+@helper
+def dequantize_q5_0(block, out, at, store):
+    d = half_at(block)
+    high = q5_high_bits(block + 2)
+    packed = element_array(block + 6, 16, np.uint8)
+    for j in range(16):
+        low = np.int32(packed[j] & 15) | (np.int32((high >> j) & 1) << 4)
+        upper = np.int32(packed[j] >> 4) | (np.int32((high >> (j + 16)) & 1) << 4)
+        store(out, at + j, d * np.float32(low - 16))
+        store(out, at + j + 16, d * np.float32(upper - 16))
+
+
+@helper
+def dequantize_q5_1(block, out, at, store):
+    d = half_at(block)
+    m = half_at(block + 2)
+    high = q5_high_bits(block + 4)
+    packed = element_array(block + 8, 16, np.uint8)
+    for j in range(16):
+        low = np.int32(packed[j] & 15) | (np.int32((high >> j) & 1) << 4)
+        upper = np.int32(packed[j] >> 4) | (np.int32((high >> (j + 16)) & 1) << 4)
+        store(out, at + j, d * np.float32(low) + m)
+        store(out, at + j + 16, d * np.float32(upper) + m)
+
+
+@helper
+def dequantize_q8_0(block, out, at, store):
+    d = half_at(block)
+    codes = element_array(block + 2, 32, np.int8)
+    for j in range(32):
+        store(out, at + j, np.float32(codes[j]) * d)
+
+
+@helper
+def dequantize_q2_k(block, out, at, store):
+    scales = element_array(block, 16, np.uint8)
+    packed = element_array(block + 16, 64, np.uint8)
+    d = half_at(block + 80)
+    dmin = half_at(block + 82)
+    for i in range(16):
+        scale = d * np.float32(scales[i] & 15)
+        minimum = dmin * np.float32(scales[i] >> 4)
+        first = 32 * (i // 8) + 16 * (i % 2)
+        shift = 2 * ((i % 8) // 2)
+        for at_value in range(16):
+            code = (np.int32(packed[first + at_value]) >> shift) & 3
+            store(out, at + 16 * i + at_value, scale * np.float32(code) - minimum)
+
+
+@helper
+def dequantize_q3_k(block, out, at, store):
+    high = element_array(block, 32, np.uint8)
+    packed = element_array(block + 32, 64, np.uint8)
+    scales = element_array(block + 96, 12, np.uint8)
+    d = half_at(block + 108)
+    for i in range(16):
+        scale = d * np.float32(q3_scale(scales, i))
+        first = 32 * (i // 8) + 16 * (i % 2)
+        shift = 2 * ((i % 8) // 2)
+        bit = i // 2
+        for at_value in range(16):
+            code = (np.int32(packed[first + at_value]) >> shift) & 3
+            code |= ((np.int32(high[16 * (i % 2) + at_value]) >> bit) & 1) << 2
+            store(out, at + 16 * i + at_value, scale * np.float32(code - 4))
+
+
+@helper
+def dequantize_q4_k(block, out, at, store):
+    d = half_at(block)
+    dmin = half_at(block + 2)
+    scales = element_array(block + 4, 12, np.uint8)
+    packed = element_array(block + 16, 128, np.uint8)
+    for j in range(8):
+        scale_code, min_code = k4_scale_min(scales, j)
+        scale = d * np.float32(scale_code)
+        minimum = dmin * np.float32(min_code)
+        first = 32 * (j // 2)
+        shift = 4 * (j % 2)
+        for at_value in range(32):
+            code = (np.int32(packed[first + at_value]) >> shift) & 15
+            store(out, at + 32 * j + at_value, scale * np.float32(code) - minimum)
+
+
+@helper
+def dequantize_q5_k(block, out, at, store):
+    d = half_at(block)
+    dmin = half_at(block + 2)
+    scales = element_array(block + 4, 12, np.uint8)
+    high = element_array(block + 16, 32, np.uint8)
+    packed = element_array(block + 48, 128, np.uint8)
+    for j in range(8):
+        scale_code, min_code = k4_scale_min(scales, j)
+        scale = d * np.float32(scale_code)
+        minimum = dmin * np.float32(min_code)
+        first = 32 * (j // 2)
+        shift = 4 * (j % 2)
+        for at_value in range(32):
+            code = (np.int32(packed[first + at_value]) >> shift) & 15
+            code |= ((np.int32(high[at_value]) >> j) & 1) << 4
+            store(out, at + 32 * j + at_value, scale * np.float32(code) - minimum)
+
+
+@helper
+def dequantize_q6_k(block, out, at, store):
+    low = element_array(block, 128, np.uint8)
+    high = element_array(block + 128, 64, np.uint8)
+    scales = element_array(block + 192, 16, np.int8)
+    d = half_at(block + 208)
+    for j in range(8):
+        half = j // 4
+        k = j % 4
+        first = 64 * half + 32 * (k % 2)
+        shift = 4 * (k // 2)
+        for at_value in range(32):
+            code = (np.int32(low[first + at_value]) >> shift) & 15
+            code |= ((np.int32(high[32 * half + at_value]) >> (2 * k)) & 3) << 4
+            scale = d * np.float32(scales[2 * j + at_value // 16])
+            store(out, at + 32 * j + at_value, scale * np.float32(code - 32))
+
+
+DEQUANTIZE_BLOCK = {
+    Q4_0: dequantize_q4_0,
+    Q4_1: dequantize_q4_1,
+    Q5_0: dequantize_q5_0,
+    Q5_1: dequantize_q5_1,
+    Q8_0: dequantize_q8_0,
+    Q2_K: dequantize_q2_k,
+    Q3_K: dequantize_q3_k,
+    Q4_K: dequantize_q4_k,
+    Q5_K: dequantize_q5_k,
+    Q6_K: dequantize_q6_k,
+}
+
+
+@cache
+def dequantize_kernel(quant_type: int, dtype: str, parallel: bool):
+    """``run(weight, weight_stride, out, out_stride, rows, cols, chunks)``:
+    dequantises `rows` rows of `cols` values (addresses; strides in bytes for
+    `weight`, elements for `out`) in `chunks` chunks of rows."""
+    entry = GGML_TYPES[quant_type]
+    block_elements = entry.block_elements
+    block_bytes = entry.block_bytes
+    dequantize_block = DEQUANTIZE_BLOCK[quant_type]
+    storage = STORAGE[dtype]
+    store = storer(dtype)
+
+    def run(weight, weight_stride, out_address, out_stride, rows, cols, chunks):
+        out = element_array(out_address, (rows - 1) * out_stride + cols, storage)
+        blocks = cols // block_elements
+        for chunk in prange(chunks):
+            for row in range(chunk * rows // chunks, (chunk + 1) * rows // chunks):
+                source = weight + row * weight_stride
+                for block in range(blocks):
+                    dequantize_block(
+                        source + block * block_bytes,
+                        out,
+                        row * out_stride + block * block_elements,
+                        store,
+                    )
+        return 0
+
+    return kernel(run, parallel=parallel)
+
+
+# Products. A dot helper takes ``(block, x, scales, block_sums, sums, k)``:
+# the block's address, the address of the activation codes of its first
+# value, the activation row's per-32 scales and ``scale * sum(codes)`` and
+# per-16 code sums, and the index `k` of the block's first group of 32 in
+# the row. It returns the block's float32 contribution to the dot product.
+
+
+@helper
+def dot_q4_0(block, x, scales, block_sums, sums, k):
+    codes = dot_nibble_pairs(block + 2, x)
+    offset = 8 * (sums[2 * k] + sums[2 * k + 1])
+    return half_at(block) * scales[k] * np.float32(codes - offset)
+
+
+@helper
+def dot_q4_1(block, x, scales, block_sums, sums, k):
+    codes = dot_nibble_pairs(block + 4, x)
+    return (
+        half_at(block) * scales[k] * np.float32(codes)
+        + half_at(block + 2) * block_sums[k]
+    )
+
+
+@helper
+def dot_q5_0(block, x, scales, block_sums, sums, k):
+    codes = dot_nibble_pairs_high(block + 6, block + 2, x)
+    offset = 16 * (sums[2 * k] + sums[2 * k + 1])
+    return half_at(block) * scales[k] * np.float32(codes - offset)
+
+
+@helper
+def dot_q5_1(block, x, scales, block_sums, sums, k):
+    codes = dot_nibble_pairs_high(block + 8, block + 4, x)
+    return (
+        half_at(block) * scales[k] * np.float32(codes)
+        + half_at(block + 2) * block_sums[k]
+    )
+
+
+@helper
+def dot_q8_0(block, x, scales, block_sums, sums, k):
+    return half_at(block) * scales[k] * np.float32(dot_signed_32(block + 2, x))
+
+
+@helper
+def dot_q2_k(block, x, scales, block_sums, sums, k):
+    scale_bytes = element_array(block, 16, np.uint8)
+    packed = block + 16
+    total = np.float32(0)
+    for g in range(8):
+        scaled = np.int32(0)
+        offsets = np.int32(0)
+        for i in range(2 * g, 2 * g + 2):
+            first = 32 * (i // 8) + 16 * (i % 2)
+            shift = 2 * ((i % 8) // 2)
+            codes = dot_bits_16(packed + first, shift, 3, x + 16 * i)
+            byte = np.int32(scale_bytes[i])
+            scaled += (byte & 15) * codes
+            offsets += (byte >> 4) * sums[2 * k + i]
+        total += scales[k + g] * (
+            half_at(block + 80) * np.float32(scaled)
+            - half_at(block + 82) * np.float32(offsets)
+        )
+    return total
+
+
+@helper
+def dot_q3_k(block, x, scales, block_sums, sums, k):
+    high = block
+    packed = block + 32
+    scale_bytes = element_array(block + 96, 12, np.uint8)
+    total = np.float32(0)
+    for g in range(8):
+        scaled = np.int32(0)
+        for i in range(2 * g, 2 * g + 2):
+            first = 32 * (i // 8) + 16 * (i % 2)
+            shift = 2 * ((i % 8) // 2)
+            codes = dot_bits_high_16(
+                packed + first, shift, 3, high + 16 * (i % 2), g, 1, 2, x + 16 * i
+            )
+            scaled += q3_scale(scale_bytes, i) * (codes - 4 * sums[2 * k + i])
+        total += scales[k + g] * np.float32(scaled)
+    return half_at(block + 108) * total
+
+
+@helper
+def dot_q4_k(block, x, scales, block_sums, sums, k):
+    scale_bytes = element_array(block + 4, 12, np.uint8)
+    scaled = np.float32(0)
+    offsets = np.float32(0)
+    for j in range(8):
+        scale_code, min_code = k4_scale_min(scale_bytes, j)
+        codes = dot_bits_32(block + 16 + 32 * (j // 2), 4 * (j % 2), 15, x + 32 * j)
+        scaled += scales[k + j] * np.float32(scale_code * codes)
+        offsets += block_sums[k + j] * np.float32(min_code)
+    return half_at(block) * scaled - half_at(block + 2) * offsets
+
+
+@helper
+def dot_q5_k(block, x, scales, block_sums, sums, k):
+    scale_bytes = element_array(block + 4, 12, np.uint8)
+    scaled = np.float32(0)
+    offsets = np.float32(0)
+    for j in range(8):
+        scale_code, min_code = k4_scale_min(scale_bytes, j)
+        codes = dot_bits_high_32(
+            block + 48 + 32 * (j // 2), 4 * (j % 2), 15, block + 16, j, 1, 4, x + 32 * j
+        )
+        scaled += scales[k + j] * np.float32(scale_code * codes)
+        offsets += block_sums[k + j] * np.float32(min_code)
+    return half_at(block) * scaled - half_at(block + 2) * offsets
+
+
+@helper
+def dot_q6_k(block, x, scales, block_sums, sums, k):
+    scale_bytes = element_array(block + 192, 16, np.int8)
+    total = np.float32(0)
+    for j in range(8):
+        half = j // 4
+        part = j % 4
+        low = block + 64 * half + 32 * (part % 2)
+        high = block + 128 + 32 * half
+        shift = 4 * (part // 2)
+        scaled = np.int32(0)
+        for side in range(2):
+            codes = dot_bits_high_16(
+                low + 16 * side,
+                shift,
+                15,
+                high + 16 * side,
+                2 * part,
+                3,
+                4,
+                x + 32 * j + 16 * side,
+            )
+            offset = 32 * sums[2 * (k + j) + side]
+            scaled += np.int32(scale_bytes[2 * j + side]) * (codes - offset)
+        total += scales[k + j] * np.float32(scaled)
+    return half_at(block + 208) * total
+
+
+DOT_BLOCK = {
+    Q4_0: dot_q4_0,
+    Q4_1: dot_q4_1,
+    Q5_0: dot_q5_0,
+    Q5_1: dot_q5_1,
+    Q8_0: dot_q8_0,
+    Q2_K: dot_q2_k,
+    Q3_K: dot_q3_k,
+    Q4_K: dot_q4_k,
+    Q5_K: dot_q5_k,
+    Q6_K: dot_q6_k,
+}
+
+
+@helper
+def quantize_codes(x, first, load, d, codes, at):
+    """16 activation codes ``round(x / d)`` (halves away from zero; 0 where
+    ``d`` is 0) into `codes` from `at`; returns their sum."""
+    total = np.int32(0)
+    for j in range(16):
+        value = load(x, first + j) / d if d > 0 else np.float32(0)
+        whole = np.float32(np.trunc(value))
+        if abs(value - whole) >= np.float32(0.5):
+            whole += np.float32(1) if value > 0 else np.float32(-1)
+        code = np.int32(whole)
+        codes[at + j] = np.int8(code)
+        total += code
+    return total
+
+
+@helper
+def quantize_activations(x, start, cols, load, codes, at, scales, block_sums, sums, k):
+    """Quantises `cols` values of `x` from `start` into int8 `codes` from
+    `at`: per block of 32 values the scale ``d = absmax / 127`` into
+    `scales`, the codes, ``d * sum(codes)`` into `block_sums` and the sums of
+    each 16 codes into `sums`, from group `k`."""
+    for group in range(cols // ACTIVATION_BLOCK):
+        first = start + ACTIVATION_BLOCK * group
+        largest = np.float32(0)
+        for j in range(ACTIVATION_BLOCK):
+            largest = max(largest, abs(load(x, first + j)))
+        d = largest / np.float32(127)
+        target = at + ACTIVATION_BLOCK * group
+        low = quantize_codes(x, first, load, d, codes, target)
+        high = quantize_codes(x, first + 16, load, d, codes, target + 16)
+        scales[k + group] = d
+        sums[2 * (k + group)] = low
+        sums[2 * (k + group) + 1] = high
+        block_sums[k + group] = d * np.float32(low + high)
+
+
+# Output rows computed together for one token: their weight rows stay in
+# the L1 cache while every token passes over them.
+TILE_ROWS = 8
+
+
+@cache
+def product_kernel(quant_type: int, dtype: str, parallel: bool):
+    """``run(weight, weight_stride, x, x_stride, out, out_stride, tokens,
+    rows, cols, codes, scales, block_sums, sums, chunks)``: ``out[t, r] =
+    sum over blocks of dot(weight row r, quantised x row t)`` for `rows`
+    rows in `chunks` parallel chunks (addresses; strides in bytes for
+    `weight`, in elements for `x` and `out`). `codes` (int8, ``tokens *
+    cols``), `scales` and `block_sums` (float32, ``tokens * cols / 32``) and
+    `sums` (int32, ``tokens * cols / 16``) are scratch for the quantised
+    activations."""
+    entry = GGML_TYPES[quant_type]
+    block_elements = entry.block_elements
+    block_bytes = entry.block_bytes
+    groups_per_block = block_elements // ACTIVATION_BLOCK
+    dot_block = DOT_BLOCK[quant_type]
+    storage = STORAGE[dtype]
+    load = loader(dtype)
+    store = storer(dtype)
+    tile_rows = TILE_ROWS
+
+    def run(
+        weight,
+        weight_stride,
+        x_address,
+        x_stride,
+        out_address,
+        out_stride,
+        tokens,
+        rows,
+        cols,
+        codes_address,
+        scales_address,
+        block_sums_address,
+        sums_address,
+        chunks,
+    ):
+        groups = cols // ACTIVATION_BLOCK
+        x = element_array(x_address, (tokens - 1) * x_stride + cols, storage)
+        out = element_array(out_address, (tokens - 1) * out_stride + rows, storage)
+        codes = element_array(codes_address, tokens * cols, np.int8)
+        scales = element_array(scales_address, tokens * groups, np.float32)
+        block_sums = element_array(block_sums_address, tokens * groups, np.float32)
+        sums = element_array(sums_address, 2 * tokens * groups, np.int32)
+        for token in prange(tokens):
+            quantize_activations(
+                x,
+                token * x_stride,
+                cols,
+                load,
+                codes,
+                token * cols,
+                scales,
+                block_sums,
+                sums,
+                token * groups,
+            )
+        blocks = cols // block_elements
+        tiles = (rows + tile_rows - 1) // tile_rows
+        for chunk in prange(chunks):
+            for tile in range(chunk * tiles // chunks, (chunk + 1) * tiles // chunks):
+                first = tile * tile_rows
+                last = min(first + tile_rows, rows)
+                for token in range(tokens):
+                    x_codes = codes_address + token * cols
+                    group = token * groups
+                    for row in range(first, last):
+                        source = weight + row * weight_stride
+                        total = np.float32(0)
+                        for block in range(blocks):
+                            total += dot_block(
+                                source + block * block_bytes,
+                                x_codes + block * block_elements,
+                                scales,
+                                block_sums,
+                                sums,
+                                group + block * groups_per_block,
+                            )
+                        store(out, token * out_stride + row, total)
+        return 0
+
+    return kernel(run, parallel=parallel)
+
+
+# Weight bytes times tokens below which a product runs serially: waking the
+# thread pool costs more than it saves on one small matrix.
+PARALLEL_WORK = 1 << 18
+# Parallel chunks per thread (the tiles are split evenly among them).
+CHUNKS_PER_THREAD = 4
+
+
+class ProductPlan:
+    """The launch of a product for one geometry: the kernel, the strides and
+    the scratch holding the quantised activations (the dispatcher keeps an
+    operator per thread, so the scratch is never shared between threads)."""
+
+    def __init__(self, quant_type: int, weight, x, out, rows: int) -> None:
+        import numba
+
+        tokens, cols = x.shape
+        entry = GGML_TYPES[quant_type]
+        groups = cols // ACTIVATION_BLOCK
+        work = rows * cols // entry.block_elements * entry.block_bytes * tokens
+        tiles = -(-rows // TILE_ROWS)
+        parallel = work >= PARALLEL_WORK and tiles > 1
+        chunks = (
+            min(tiles, CHUNKS_PER_THREAD * numba.get_num_threads()) if parallel else 1
+        )
+        self.codes = np.zeros(max(1, tokens * cols), np.int8)
+        self.scales = np.zeros(max(1, tokens * groups), np.float32)
+        self.block_sums = np.zeros(max(1, tokens * groups), np.float32)
+        self.sums = np.zeros(max(1, 2 * tokens * groups), np.int32)
+        self.empty = tokens == 0 or rows == 0
+        self.run = product_kernel(quant_type, x.dtype, parallel)
+        self.weight_stride = weight.strides[0]
+        self.x_stride = x.strides[0]
+        self.out_stride = out.strides[0]
+        self.tail = (
+            tokens,
+            rows,
+            cols,
+            self.codes.ctypes.data,
+            self.scales.ctypes.data,
+            self.block_sums.ctypes.data,
+            self.sums.ctypes.data,
+            chunks,
+        )
+
+    def launch(self, weight, x, out) -> None:
+        if not self.empty:
+            self.run(
+                weight.data_ptr(),
+                self.weight_stride,
+                x.data_ptr(),
+                self.x_stride,
+                out.data_ptr(),
+                self.out_stride,
+                *self.tail,
+            )
+
+
+def precompile_product(operator: str) -> int:
+    """Runs `infini.ops.<operator>` on small and large (parallel) weights of
+    each supported type for each activation dtype."""
+    import torch
+
+    import infini.ops
+    from infini.ops.base._ggml import FLOAT_DTYPES, SUPPORTED_TYPES
+
+    function = getattr(infini.ops, operator)
+    calls = 0
+    for quant_type in SUPPORTED_TYPES:
+        entry = GGML_TYPES[quant_type]
+        for rows, cols in ((8, 256), (1024, 512)):
+            weight = torch.zeros(
+                rows,
+                cols // entry.block_elements * entry.block_bytes,
+                dtype=torch.uint8,
+            )
+            for name in FLOAT_DTYPES:
+                x = torch.zeros(2, cols, dtype=getattr(torch, name))
+                out = torch.empty(2, rows, dtype=x.dtype)
+                function(weight, x, quant_type, rows, out, implementation_index=0)
+                calls += 1
+    return calls

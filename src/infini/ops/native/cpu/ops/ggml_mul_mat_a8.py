@@ -1,0 +1,28 @@
+"""CPU `ggml_mul_mat_a8` (slot 0): activations quantised once per call into the
+plan's scratch, then integer dot products straight from the packed blocks,
+parallel over tiles of output rows (`infini.ops.native.cpu.ggml`)."""
+
+from __future__ import annotations
+
+from infini.ops.base.ggml_mul_mat_a8 import GgmlMulMatA8
+from infini.ops.core.registry import implementation
+from infini.ops.native.cpu.ggml import ProductPlan, precompile_product
+
+
+@implementation(operator="ggml_mul_mat_a8", devices=("cpu",), slot=0)
+class CpuGgmlMulMatA8(GgmlMulMatA8):
+    def __init__(self, args) -> None:
+        super().__init__(args)
+        self.plan = ProductPlan(
+            args.quant_type, args.weight, args.x, args.out, self.rows
+        )
+        self.launch_plan = self.plan.launch
+
+    def launch(self, stream, weight, x, out) -> None:
+        self.launch_plan(weight, x, out)
+
+    @classmethod
+    def precompile(cls) -> int:
+        """Compiles the serial and parallel kernels of each supported type
+        and activation dtype."""
+        return precompile_product("ggml_mul_mat_a8")
