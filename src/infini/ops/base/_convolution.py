@@ -192,9 +192,10 @@ class ConvolutionOperator(Operator):
         if len(values) == 1:
             values = values * dims
         if len(values) != dims:
+            count = "1 entry" if dims == 1 else f"1 or {dims} entries"
             raise self.error(
-                f"`{name}` must have 1 or {dims} entries (one per spatial "
-                f"dimension), got {list(values)}."
+                f"`{name}` must have {count} (one per spatial dimension or one "
+                f"for all), got {list(values)}."
             )
         if any(value < minimum for value in values):
             bound = "positive" if minimum == 1 else "non-negative"
