@@ -735,9 +735,13 @@ def product_kernel(quant_type: int, dtype: str, parallel: bool):
                     group = token * groups
                     for row in range(first, last):
                         source = weight + row * weight_stride
-                        total = np.float32(0)
-                        for block in range(blocks):
-                            total += dot_block(
+                        # Two running sums: each block's float work then
+                        # overlaps the next block's instead of waiting on it.
+                        even = np.float32(0)
+                        odd = np.float32(0)
+                        for pair in range(blocks // 2):
+                            block = 2 * pair
+                            even += dot_block(
                                 source + block * block_bytes,
                                 x_codes + block * block_elements,
                                 scales,
@@ -745,7 +749,25 @@ def product_kernel(quant_type: int, dtype: str, parallel: bool):
                                 sums,
                                 group + block * groups_per_block,
                             )
-                        store(out, token * out_stride + row, total)
+                            odd += dot_block(
+                                source + (block + 1) * block_bytes,
+                                x_codes + (block + 1) * block_elements,
+                                scales,
+                                block_sums,
+                                sums,
+                                group + (block + 1) * groups_per_block,
+                            )
+                        if blocks % 2:
+                            block = blocks - 1
+                            even += dot_block(
+                                source + block * block_bytes,
+                                x_codes + block * block_elements,
+                                scales,
+                                block_sums,
+                                sums,
+                                group + block * groups_per_block,
+                            )
+                        store(out, token * out_stride + row, even + odd)
         return 0
 
     return kernel(run, parallel=parallel)
@@ -753,7 +775,7 @@ def product_kernel(quant_type: int, dtype: str, parallel: bool):
 
 # Weight bytes times tokens below which a product runs serially: waking the
 # thread pool costs more than it saves on one small matrix.
-PARALLEL_WORK = 1 << 18
+PARALLEL_WORK = 1 << 21
 # Parallel chunks per thread (the tiles are split evenly among them).
 CHUNKS_PER_THREAD = 4
 
