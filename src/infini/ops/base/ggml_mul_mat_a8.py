@@ -18,8 +18,11 @@ class GgmlMulMatA8(Operator):
     - `weight`, `x`, `quant_type`, `row` and `out` are as documented for
       `ggml_mul_mat_vec_a8`, including the activation quantisation (as
       llama.cpp's Q8_1: ``d = absmax / 127`` per block of 32 values, codes
-      rounded half away from zero, block sums for the formats with a
-      minimum) and the exact integer dot products per block.
+      ``round(x / d)`` with halves away from zero, block sums for the
+      formats with a minimum) and the exact integer dot products per block.
+    - The kernels are shared with `ggml_mul_mat_vec_a8`: output rows are
+      computed in tiles of 8 whose packed weight rows stay in the L1 cache
+      while every token's codes pass over them.
     """
 
     name = "ggml_mul_mat_a8"

@@ -24,16 +24,16 @@ class GgmlMulMatVecA8(Operator):
     - `x` is ``(tokens, cols)`` float32, float16 or bfloat16, `cols` a
       multiple of the type's block; `out` is ``(tokens, row)`` of `x`'s dtype
       with ``0 <= row <= rows_w``; both with adjacent elements within a row.
-    - Activations are quantised as llama.cpp's Q8_1 (and vLLM's CUDA
-      kernels) do: each block of 32 values of a row of `x` gets the scale
-      ``d = absmax / 127`` and the codes ``q = round(x * (127 / absmax))``
-      (float32, halves rounded away from zero; an all-zero block has
-      ``d = 0``), plus the block sum ``d * sum(q)`` used by the formats with
-      a minimum. Each weight block is then combined with the codes by exact
-      integer dot products, scaled by both blocks' float32 factors and
-      summed in float32. The result is the exact product of the dequantised
-      weight with the quantised activations up to float32 rounding; the
-      quantisation itself changes each activation by at most ``d / 2``.
+    - Activations are quantised as llama.cpp's Q8_1 (and vLLM's kernels)
+      do: each block of 32 values of a row of `x` gets the float32 scale
+      ``d = absmax / 127`` and the int8 codes ``q = round(x / d)`` (float32
+      division, halves rounded away from zero; codes 0 where ``d`` is 0),
+      plus the block sum ``d * sum(q)`` (and sums per 16 codes) used by the
+      formats with a minimum or an offset. Each weight block meets the codes
+      in exact integer dot products, scaled by both blocks' float32 factors
+      and summed in float32: the result is the product of the dequantised
+      weight with the quantised activations ``d * q`` up to float32
+      rounding; the quantisation moves each activation by at most ``d / 2``.
       Non-finite activations give non-finite (unspecified) results.
     - A result is rounded once to `out`'s dtype.
     """
