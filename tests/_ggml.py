@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from infini.ops.base._ggml import GGML_TYPES, SUPPORTED_TYPES
+from infini.ops.base._ggml import GGML_TYPES
 
 gguf = pytest.importorskip("gguf", reason="the references need the gguf package")
 
@@ -125,7 +125,3 @@ def check_product(out, x, weight_values):
     exact = x.double() @ weight_values.double().T
     slack = tolerance + activation_error
     assert bool(((out.double().cpu() - exact).abs() <= slack).all())
-
-
-def supported_types():
-    return SUPPORTED_TYPES
