@@ -20,6 +20,13 @@ dimensions have size 1 (kernel 1, stride 1, no padding). Three ways run it:
   bias and writes it.
 
 16-bit floats are computed in float32 and rounded once, float64 in float64.
+
+The kernels that run between matrix products (gather, store, scatter) are
+serial: BLAS's threads keep spinning for a while after a product and
+Numba's keep spinning after a parallel loop, so alternating the two thread
+pools costs far more (tens of milliseconds a switch on two cores) than the
+second core would save. The depthwise kernel, which calls no BLAS, is
+parallel.
 Tiles are sized to keep the gathered columns cache-sized. When `out` shares
 memory with an input, the input is copied first, so any aliasing is safe.
 """
@@ -41,15 +48,12 @@ from .memory import STORAGE, element_array
 # Bytes of gathered columns (and scratch output) per tile: large enough for
 # BLAS to run at full speed, small enough to stay in the cache between the
 # gather and the product.
-TILE_BYTES = 8 << 20
-
-# Positions in `geometry`, the int64 array every kernel takes.
-# channels, kernel (3), stride (3), padding (3), dilation (3), input size (3),
-# output size (3).
-_GEOMETRY_LENGTH = 19
+TILE_BYTES = 4 << 20
 
 
 def _geometry(channels, kernel_size, stride, padding, dilation, input_size, output):
+    """The int64 array every kernel takes: channels, then kernel size,
+    stride, padding, dilation, input size and output size (3 each)."""
     return np.array(
         (
             channels,
@@ -74,7 +78,7 @@ def gather_kernel(dtype: str, compute: str):
     load = loader(dtype)
     zero = getattr(np, compute)(0)
 
-    @kernel(parallel=True)
+    @kernel
     def run(x_address, x_span, x_strides, geometry, columns, first_item, first_row):
         x = element_array(x_address, x_span, storage)
         kernel_h, kernel_w = geometry[2], geometry[3]
@@ -86,7 +90,7 @@ def gather_kernel(dtype: str, compute: str):
         out_h, out_w = geometry[17], geometry[18]
         items, rows, length = columns.shape
         lines = length // out_w
-        for task in prange(items * rows):
+        for task in range(items * rows):
             item = task // rows
             row = task - item * rows
             channel = row // taps
@@ -123,8 +127,13 @@ def gather_kernel(dtype: str, compute: str):
                 step = stride_w * x_strides[4]
                 for ow in range(low):
                     line[start + ow] = zero
-                for ow in range(low, high):
-                    line[start + ow] = load(x, source + ow * step)
+                if step == 1:
+                    # A unit-stride run: a loop the compiler vectorises.
+                    for ow in range(low, high):
+                        line[start + ow] = load(x, source + ow)
+                else:
+                    for ow in range(low, high):
+                        line[start + ow] = load(x, source + ow * step)
                 for ow in range(high, out_w):
                     line[start + ow] = zero
         return 0
@@ -141,7 +150,7 @@ def store_kernel(dtype: str):
     storage = STORAGE[dtype]
     store = storer(dtype, "float64" if dtype == "float64" else "float32")
 
-    @kernel(parallel=True)
+    @kernel
     def run(
         out_address,
         out_span,
@@ -157,7 +166,7 @@ def store_kernel(dtype: str):
         out_h, out_w = geometry[17], geometry[18]
         items, channels, length = source.shape
         lines = length // out_w
-        for task in prange(items * channels):
+        for task in range(items * channels):
             item = task // channels
             channel = task - item * channels
             shift = bias[channel if has_bias else 0]
@@ -271,7 +280,7 @@ def scatter_kernel(dtype: str, compute: str):
     store = storer(dtype, compute)
     plane_type = getattr(np, compute)
 
-    @kernel(parallel=True)
+    @kernel
     def run(
         columns,
         out_address,
@@ -292,7 +301,7 @@ def scatter_kernel(dtype: str, compute: str):
         out_d, out_h, out_w = geometry[16], geometry[17], geometry[18]
         items, rows, _ = columns.shape
         channels = rows // taps
-        for task in prange(items * channels):
+        for task in range(items * channels):
             item = task // channels
             channel = task - item * channels
             plane = np.zeros(out_d * out_h * out_w, plane_type)
