@@ -17,7 +17,7 @@ elementwise tensor arithmetic) over a dense per-sequence KV cache, reading
 the very same weight tensors (for q4: the float32 weights dequantised from
 the same blocks); transformers' eager `generate` (decode time = the time of
 `1 + steps` new tokens minus that of 1); and, with `--llama-python`,
-llama.cpp on the same file and threads (`benchmarks/llama_cpp.py`, run by
+llama.cpp on the same file and threads (`benchmarks/llama_cpp_speed.py`, run by
 that interpreter, which has `llama-cpp-python`).
 
     python benchmarks/model.py [--threads 1] [--steps 16] [--hf-steps 4]
@@ -313,7 +313,7 @@ def main() -> None:
 
 
 def measure_llama_cpp(arguments, path, prompts, steps) -> dict:
-    """llama.cpp's figures from `benchmarks/llama_cpp.py` run by
+    """llama.cpp's figures from `benchmarks/llama_cpp_speed.py` run by
     `--llama-python` (empty without it)."""
     if not arguments.llama_python:
         return {}
@@ -322,7 +322,7 @@ def measure_llama_cpp(arguments, path, prompts, steps) -> dict:
 
     command = [
         arguments.llama_python,
-        str(Path(__file__).with_name("llama_cpp.py")),
+        str(Path(__file__).with_name("llama_cpp_speed.py")),
         str(path),
         "--threads",
         str(torch.get_num_threads()),

@@ -96,6 +96,10 @@ def configure(
         f"-DPython_EXECUTABLE={python}",
         *(f"-D{definition}" for definition in definitions),
     ]
+    if not any(d.startswith("INFINI_OPS_PRECOMPILE=") for d in definitions):
+        # Compiling kernels at configure time takes minutes; the tests of
+        # that step ask for it.
+        command.append("-DINFINI_OPS_PRECOMPILE=none")
     result = subprocess.run(command, capture_output=True, text=True, env=env)
     if check:
         assert result.returncode == 0, result.stdout + result.stderr
@@ -785,3 +789,40 @@ def test_docs_generator_writes_one_page_per_operator(tmp_path):
     assert "``out = input / rms(input) * weight``." in page
     assert ".. py:class:: infini.ops.RmsNorm" in page
     assert "``infini.ops.native.cpu.ops.rms_norm.CpuRmsNorm``" in page
+
+
+# -- Kernels compiled at build time ------------------------------------------------
+
+
+def test_precompiled_kernels_are_installed_with_the_package(source, tmp_path):
+    build = tmp_path / "build"
+    result = configure(
+        source,
+        build,
+        "WITH_CPU=ON",
+        "GENERATE_PYTHON_BINDINGS=ON",
+        "INFINI_OPS_PRECOMPILE=embedding",
+    )
+    assert "embedding on cpu slot 0: compiled by" in result.stdout
+    install(build, tmp_path / "prefix")
+    shipped = list((tmp_path / "prefix/infini/ops/_kernels").iterdir())
+    # One folder, named like the run-time cache: version and source hash.
+    assert len(shipped) == 1
+    assert shipped[0].name.startswith(manifest_of(build)["package_version"] + "-")
+    assert any(shipped[0].rglob("*.nbi")) and any(shipped[0].rglob("*.nbc"))
+
+
+def test_precompile_is_skipped_when_numba_cannot_be_imported(source, tmp_path):
+    python = fake_python(tmp_path, hide=("numba",))
+    build = tmp_path / "build"
+    result = configure(
+        source,
+        build,
+        "WITH_CPU=ON",
+        "GENERATE_PYTHON_BINDINGS=ON",
+        "INFINI_OPS_PRECOMPILE=embedding",
+        python=python,
+    )
+    assert "cannot import numba and torch" in result.stdout
+    install(build, tmp_path / "prefix")
+    assert not (tmp_path / "prefix/infini/ops/_kernels").exists()

@@ -3,6 +3,7 @@ and that another package version does not load its kernels."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,9 +15,12 @@ pytest.importorskip("numba")
 # Runs `add` once and prints the number of Numba compilations and the
 # directory the kernels are cached in.
 _FIRST_CALL = """
-import json, torch, infini.ops
+import json, os, pathlib, torch, infini.ops
 from numba.core import event
+from infini.ops.native.cpu import jit
 from infini.ops.native.cpu.jit import kernel_cache_dir
+if os.environ.get("TEST_SHIPPED_KERNELS"):
+    jit._SHIPPED_KERNELS = pathlib.Path(os.environ["TEST_SHIPPED_KERNELS"])
 x = torch.randn(5, 3)
 out = torch.empty(5, 3)
 with event.install_recorder("numba:compile") as recorder:
@@ -27,8 +31,13 @@ print(json.dumps({"compiles": compiles, "directory": str(kernel_cache_dir())}))
 """
 
 
-def _first_call(cache: Path, manifest: str | None = None) -> dict:
+def _first_call(
+    cache: Path, manifest: str | None = None, shipped: Path | None = None
+) -> dict:
     environment = {**os.environ, "INFINI_OPS_CACHE_DIR": str(cache)}
+    if shipped is not None:
+        # Stands in for `infini/ops/_kernels` of a build that precompiled.
+        environment["TEST_SHIPPED_KERNELS"] = str(shipped)
     if manifest is not None:
         environment["INFINI_OPS_MANIFEST"] = manifest
     result = subprocess.run(
@@ -70,6 +79,26 @@ def test_kernels_are_cached_under_the_override_and_survive_a_new_process(tmp_pat
     assert any(directory.rglob("*.nbi")), "no kernel index written"
     again = _first_call(cache)
     assert again == {"compiles": 0, "directory": first["directory"]}
+
+
+def test_kernels_compiled_at_build_time_are_copied_into_an_empty_cache(tmp_path):
+    build = _first_call(tmp_path / "build-cache")
+    assert build["compiles"] > 0
+    shipped = tmp_path / "shipped"
+    built = Path(build["directory"])
+    shutil.copytree(built, shipped / built.name)
+    user = tmp_path / "user-cache"
+    fresh = _first_call(user, shipped=shipped)
+    assert fresh["compiles"] == 0
+    assert Path(fresh["directory"]) == user / "numba" / built.name
+    assert not list((user / "numba").glob("*.tmp")), "a partial copy was left"
+    # Kernels of other sources (another version) are not copied in.
+    other = _first_call(
+        tmp_path / "other-cache",
+        _manifest_with_version(tmp_path, "999.0.0"),
+        shipped=shipped,
+    )
+    assert other["compiles"] > 0
 
 
 def test_another_package_version_does_not_load_the_cached_kernels(tmp_path):

@@ -79,6 +79,9 @@ def pip_install(
         command.append("--no-build-isolation")
     command += ["--target", str(target), str(source)]
     command += [f"--config-settings=cmake.define.{s}" for s in config_settings]
+    if not any(s.startswith("INFINI_OPS_PRECOMPILE=") for s in config_settings):
+        # Kernels compiled at build time take minutes; not what these test.
+        command.append("--config-settings=cmake.define.INFINI_OPS_PRECOMPILE=none")
     # Verbose output carries the CMake status lines and warnings.
     command.append("--verbose")
     result = subprocess.run(

@@ -5,7 +5,9 @@
 - `precompile` compiles (into the kernel cache) the kernels of every
   (operator, device, slot) instantiation that the build manifest lists, that
   is, of builds configured with `GENERATE_OPERATOR_CALL_INSTANTIATIONS=ON`;
-  first calls then load kernels instead of compiling them.
+  first calls then load kernels instead of compiling them. `--models` limits
+  it to the operators `infini.ops.models` calls (what `pip install` compiles
+  by default, `INFINI_OPS_PRECOMPILE` in the README).
 """
 
 from __future__ import annotations
@@ -95,14 +97,20 @@ def precompile(selected: list[str]) -> int:
         except Exception as error:  # noqa: BLE001 - reported, the others go on
             # One failing warm-up must not leave every later operator
             # uncompiled; the exit status still reports it.
-            print(f"{label}: precompile failed: {type(error).__name__}: {error}")
+            print(
+                f"{label}: precompile failed: {type(error).__name__}: {error}",
+                flush=True,
+            )
             failures.append(label)
             continue
         if compiled:
             seconds = time.perf_counter() - start
-            print(f"{label}: compiled by {compiled} warm-up calls in {seconds:.1f} s")
+            print(
+                f"{label}: compiled by {compiled} warm-up calls in {seconds:.1f} s",
+                flush=True,
+            )
         else:
-            print(f"{label}: compiles on first use")
+            print(f"{label}: compiles on first use", flush=True)
     if failures:
         print(f"precompile failed for {len(failures)}: {', '.join(failures)}")
         return 1
@@ -117,10 +125,20 @@ def main(argv: list[str] | None = None) -> int:
         "precompile", help="compile the kernels the build lists ahead of first use"
     )
     compile_parser.add_argument("operators", nargs="*", help="only these operators")
+    compile_parser.add_argument(
+        "--models",
+        action="store_true",
+        help="the operators of `infini.ops.models` (with any operators named)",
+    )
     options = parser.parse_args(argv)
     if options.command == "info":
         return info()
-    return precompile(options.operators)
+    selected = list(options.operators)
+    if options.models:
+        from infini.ops.models import OPERATORS
+
+        selected += OPERATORS
+    return precompile(selected)
 
 
 if __name__ == "__main__":

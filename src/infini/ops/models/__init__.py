@@ -24,7 +24,29 @@ from .llama import LlamaModel
 from .sampling import Sampler
 from .scheduler import Scheduler, Sequence
 
+# Every operator the runner calls (`LlamaModel`, `Sampler`): the set that
+# `python -m infini.ops precompile --models` (and so a default `pip install`)
+# compiles ahead. `tests/test_model_llama.py` checks it against the sources.
+OPERATORS = (
+    "cast",
+    "cat",
+    "embedding",
+    "fused_add_rms_norm",
+    "ggml_dequantize",
+    "ggml_mul_mat_a8",
+    "ggml_mul_mat_vec_a8",
+    "linear",
+    "paged_attention_infinilm",
+    "paged_attention_prefill_infinilm",
+    "paged_caching_infinilm",
+    "rms_norm",
+    "rotary_embedding",
+    "silu_and_mul",
+    "top_k_top_p_sampling_from_logits",
+)
+
 __all__ = [
+    "OPERATORS",
     "LayerWeights",
     "LlamaCheckpoint",
     "LlamaConfig",

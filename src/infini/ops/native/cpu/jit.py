@@ -6,12 +6,18 @@ inlines helpers from other modules, so a change to any of them must invalidate
 the cache). The cache root is ``$INFINI_OPS_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/infiniops`` (``~/.cache/infiniops``), else a directory under
 the system temporary directory. Nothing is written into site-packages.
+
+A build that compiled kernels ahead (`INFINI_OPS_PRECOMPILE`, README) ships
+them as ``infini/ops/_kernels/<package version>-<source hash>``; the first
+process that finds its cache directory missing copies that folder in, so a
+fresh install loads those kernels instead of compiling them.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import sys
 import tempfile
 from functools import cache
@@ -22,6 +28,8 @@ from numba.core import caching
 from numba.core.dispatcher import Dispatcher
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
+# Kernels compiled when the package was built (see `_seed_from_package`).
+_SHIPPED_KERNELS = _PACKAGE_DIR.parents[1] / "_kernels"
 
 
 def cache_root() -> Path:
@@ -54,7 +62,26 @@ def kernel_cache_dir() -> Path:
     from infini.ops.core.manifest import load_manifest
 
     version = load_manifest().get("package_version", "0")
-    return cache_root() / "numba" / f"{version}-{kernel_source_fingerprint()}"
+    name = f"{version}-{kernel_source_fingerprint()}"
+    directory = cache_root() / "numba" / name
+    if not directory.is_dir():
+        _seed_from_package(_SHIPPED_KERNELS / name, directory)
+    return directory
+
+
+def _seed_from_package(shipped: Path, directory: Path) -> None:
+    """Copies the kernels compiled at build time into an empty cache
+    directory. Through a temporary folder renamed at the end: a concurrent
+    process either sees the whole copy or none (then Numba compiles)."""
+    if not shipped.is_dir():
+        return
+    partial = directory.with_name(f"{directory.name}.{os.getpid()}.tmp")
+    try:
+        shutil.copytree(shipped, partial)
+        os.replace(partial, directory)
+    except OSError:
+        # Read-only cache root, or another process won the rename.
+        shutil.rmtree(partial, ignore_errors=True)
 
 
 class _KernelCacheLocator(caching._CacheLocator):

@@ -66,13 +66,15 @@ class CpuKvCachingInfinilm(KvCachingInfinilm):
 
         calls = 0
         for dtype in torch_dtypes():
-            cache = torch.zeros(1, 8, 512, 128, dtype=dtype)
+            # Separate caches: written tensors must not share memory.
+            k_cache = torch.zeros(1, 8, 512, 128, dtype=dtype)
+            v_cache = torch.zeros_like(k_cache)
             for index_dtype in index_dtypes():
                 for seq in (1, 512):
                     k = torch.zeros(1, 8, seq, 128, dtype=dtype)
                     lengths = torch.zeros(1, dtype=index_dtype)
                     infini.ops.kv_caching_infinilm(
-                        k, k, lengths, cache, cache, implementation_index=0
+                        k, k, lengths, k_cache, v_cache, implementation_index=0
                     )
                     calls += 1
         return calls

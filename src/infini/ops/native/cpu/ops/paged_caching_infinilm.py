@@ -68,13 +68,15 @@ class CpuPagedCachingInfinilm(PagedCachingInfinilm):
 
         calls = 0
         for dtype in torch_dtypes():
-            cache = torch.zeros(32, 8, 16, 128, dtype=dtype)
+            # Separate caches: written tensors must not share memory.
+            k_cache = torch.zeros(32, 8, 16, 128, dtype=dtype)
+            v_cache = torch.zeros_like(k_cache)
             for index_dtype in index_dtypes():
                 for tokens in (1, 512):
                     k = torch.zeros(tokens, 8, 128, dtype=dtype)
                     slots = torch.arange(tokens, dtype=index_dtype)
                     infini.ops.paged_caching_infinilm(
-                        k, k, slots, cache, cache, implementation_index=0
+                        k, k, slots, k_cache, v_cache, implementation_index=0
                     )
                     calls += 1
         return calls

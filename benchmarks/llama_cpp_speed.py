@@ -4,7 +4,7 @@ Run with a Python that has `llama-cpp-python` (it builds llama.cpp from
 source, about half an hour on two cores, so it lives in its own virtual
 environment); this file imports nothing from `infini.ops`:
 
-    /path/to/llama-env/bin/python benchmarks/llama_cpp.py MODEL.gguf \\
+    /path/to/llama-env/bin/python benchmarks/llama_cpp_speed.py MODEL.gguf \\
         --threads 2 --prompts 16,512 --steps 16
 
 Prints one JSON object: for each prompt length, the best over `--repeats`
