@@ -45,23 +45,32 @@ def chunk_tables(num_bits: int, is_a_8bit: bool) -> tuple[np.ndarray, np.ndarray
 
 
 @cache
-def awq_shifts(num_bits: int) -> np.ndarray:
-    """Bit offset of column ``n % pack`` inside an AWQ int32."""
+def code_column_tables(
+    source: str, num_bits: int, is_a_8bit: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rows, word columns, column shifts) for each code of a chunk: its row
+    in the block, the int32 column of the source row holding it relative to
+    the block's first (GPTQ: the column itself; AWQ: column / pack), and
+    the bit offset its column adds (AWQ's order inside an int32; 0 for
+    GPTQ)."""
+    rows, columns = chunk_tables(num_bits, is_a_8bit)
+    if source == "gptq":
+        return rows, columns, np.zeros_like(columns)
+    pack = pack_factor(num_bits)
     order = AWQ_ORDER[num_bits]
-    return np.array(
-        [num_bits * order.index(i) for i in range(len(order))], dtype=np.int64
-    )
+    shift_of = np.array([num_bits * order.index(i) for i in range(pack)])
+    return rows, columns // pack, shift_of[columns % pack].astype(np.int64)
 
 
 @cache
 def repack_kernel(source: str, num_bits: int, perm_dtype: str | None):
-    """``run(out, weight, perm, rows, columns, awq_shift, size_k, size_n,
-    block_rows, block_columns) -> int`` on addresses: writes the Marlin
-    layout of a GPTQ (`source` "gptq": packed along k) or AWQ ("awq": packed
-    along n, in AWQ's order) matrix. With `perm_dtype`, row ``k`` of the
-    result is source row ``perm[k]`` (GPTQ act-order). Returns -1, or the
-    position of the first out-of-range element of `perm` (nothing written
-    then)."""
+    """``run(out, weight, perm, rows, word_columns, column_shifts, size_k,
+    size_n, block_rows, block_columns) -> int`` on addresses (tables from
+    `code_column_tables`): writes the Marlin layout of a GPTQ (`source`
+    "gptq": packed along k) or AWQ ("awq": packed along n, in AWQ's order)
+    matrix. With `perm_dtype`, row ``k`` of the result is source row
+    ``perm[k]`` (GPTQ act-order). Returns -1, or the position of the first
+    out-of-range element of `perm` (nothing written then)."""
     bits = num_bits
     pack = pack_factor(num_bits)
     mask = (1 << num_bits) - 1
@@ -76,8 +85,8 @@ def repack_kernel(source: str, num_bits: int, perm_dtype: str | None):
         weight_address,
         perm_address,
         rows,
-        columns,
-        awq_shift,
+        word_columns,
+        column_shifts,
         size_k,
         size_n,
         block_rows,
@@ -96,27 +105,39 @@ def repack_kernel(source: str, num_bits: int, perm_dtype: str | None):
         tiles = (size_k // block_rows) * column_chunks
         tasks = (tiles + tiles_per_task - 1) // tiles_per_task
         for task in prange(tasks):
+            # Where each row of the current row block starts in `weight`,
+            # and the bit offset of its codes.
+            row_starts = np.empty(block_rows, np.int64)
+            row_shifts = np.empty(block_rows, np.int64)
+            current_row_block = -1
             last = min(tiles, (task + 1) * tiles_per_task)
             for tile in range(task * tiles_per_task, last):
                 row_block = tile // column_chunks
                 chunk = tile - row_block * column_chunks
-                first_row = row_block * block_rows
+                if row_block != current_row_block:
+                    current_row_block = row_block
+                    for r in range(block_rows):
+                        k = row_block * block_rows + r
+                        if has_perm:
+                            k = np.int64(perm[k])
+                        if gptq:
+                            row_starts[r] = (k // pack) * size_n
+                            row_shifts[r] = bits * (k % pack)
+                        else:
+                            row_starts[r] = k * (size_n // pack)
+                            row_shifts[r] = 0
                 first_column = chunk * block_columns
-                base = (first_row * size_n + chunk * CHUNK) // pack
+                first_word = first_column if gptq else first_column // pack
+                base = (row_block * block_rows * size_n + chunk * CHUNK) // pack
                 for word_index in range(words_per_chunk):
                     word = np.int64(0)
                     for i in range(pack):
                         p = word_index * pack + i
-                        k = first_row + rows[p]
-                        n = first_column + columns[p]
-                        if has_perm:
-                            k = np.int64(perm[k])
-                        if gptq:
-                            packed = np.int64(weight[(k // pack) * size_n + n])
-                            shift = bits * (k % pack)
-                        else:
-                            packed = np.int64(weight[k * (size_n // pack) + n // pack])
-                            shift = awq_shift[n % pack]
+                        r = rows[p]
+                        packed = np.int64(
+                            weight[row_starts[r] + first_word + word_columns[p]]
+                        )
+                        shift = row_shifts[r] + column_shifts[p]
                         word |= ((packed >> shift) & mask) << (bits * i)
                     out[base + word_index] = np.uint32(word)
         return -1
@@ -136,7 +157,7 @@ def run_repack(
     size_n: int,
 ) -> int:
     """Runs `repack_kernel` on tensors; returns its result."""
-    rows, columns = chunk_tables(num_bits, is_a_8bit)
+    rows, word_columns, column_shifts = code_column_tables(source, num_bits, is_a_8bit)
     block_rows, block_columns = block_shape(is_a_8bit)
     run = repack_kernel(source, num_bits, perm_dtype)
     return run(
@@ -144,8 +165,8 @@ def run_repack(
         weight.data_ptr(),
         perm.data_ptr() if perm_dtype is not None else 0,
         rows,
-        columns,
-        awq_shifts(num_bits),
+        word_columns,
+        column_shifts,
         size_k,
         size_n,
         block_rows,
