@@ -510,19 +510,54 @@ def test_eight_threads_of_mixed_calls_match_torch():
     assert not failures, failures
 
 
-def test_an_operator_without_an_implementation_here_is_still_bound():
-    if not hasattr(infini.ops, "get_cutlass_moe_mm_data"):
-        pytest.skip("an ops.json or allowlist build")
-    cls = infini.ops.GetCutlassMoeMmData
-    assert cls.active_implementation_indices("cpu") == []
-    ids = torch.zeros(4, 2, dtype=torch.int32)
-    outputs = [torch.zeros(9, dtype=torch.int32) for _ in range(5)]
-    _rejects(
-        "GetCutlassMoeMmData",
-        lambda: infini.ops.get_cutlass_moe_mm_data(ids, 8, 16, 16, True, *outputs),
-        outputs,
-        match="device cpu",
+# A build whose manifest lists no CPU implementation of `get_cutlass_moe_mm_data`
+# (as a build for a device without one would): the function and the class
+# exist, and a call raises naming the operator and the device, writing nothing.
+_UNIMPLEMENTED_CALL = """
+import torch, infini.ops
+assert infini.ops.GetCutlassMoeMmData.active_implementation_indices("cpu") == []
+ids = torch.zeros(4, 2, dtype=torch.int32)
+outputs = [torch.zeros(9, dtype=torch.int32) for _ in range(5)]
+try:
+    infini.ops.get_cutlass_moe_mm_data(ids, 8, 16, 16, True, *outputs)
+except ValueError as error:
+    assert "GetCutlassMoeMmData" in str(error) and "device cpu" in str(error), error
+else:
+    raise AssertionError("no error")
+assert all(not output.any() for output in outputs), "written before raising"
+print("ok")
+"""
+
+
+def test_an_operator_without_an_implementation_here_is_still_bound(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from infini.ops.core.manifest import (
+        TORCH_METADATA_NAME,
+        TORCH_METADATA_PATH,
+        load_manifest,
     )
+
+    manifest = json.loads(json.dumps(load_manifest()))
+    entry = manifest["operators"].get("get_cutlass_moe_mm_data")
+    if entry is None:
+        pytest.skip("an ops.json or allowlist build")
+    entry["implementations"] = []
+    path = tmp_path / "manifest.json"
+    path.write_text(json.dumps(manifest), encoding="utf-8")
+    if TORCH_METADATA_PATH.is_file():
+        (tmp_path / TORCH_METADATA_NAME).write_bytes(TORCH_METADATA_PATH.read_bytes())
+    result = subprocess.run(
+        [sys.executable, "-c", _UNIMPLEMENTED_CALL],
+        env={**os.environ, "INFINI_OPS_MANIFEST": str(path)},
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().endswith("ok")
 
 
 @needs_aten

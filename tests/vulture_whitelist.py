@@ -39,7 +39,6 @@ _ = [
     used.Tensordot,
     # Bases with no implementation in this repository's backends (every base
     # is bound; a call names the device without an implementation).
-    used.GetCutlassMoeMmData,
     used.MaxUnpool2d,
     used.MaxUnpool3d,
     # What the continuous-batching scheduler gives its callers
