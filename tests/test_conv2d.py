@@ -156,6 +156,35 @@ def test_conv2d_out_aliases_input(kernel, groups, device, implementation_index):
     assert_matches(input, expected, torch.float32, 1e-5)
 
 
+@pytest.mark.parametrize("dtype, rtol", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize(
+    "input_shape, tile_bytes",
+    # Several items per tile, and tiles of a few output rows of one item.
+    (((5, 3, 6, 7), 8192), ((2, 3, 9, 7), 1024)),
+)
+def test_conv2d_tiles(
+    input_shape, tile_bytes, dtype, rtol, device, implementation_index, monkeypatch
+):
+    if device != "cpu" or implementation_index != 0:
+        pytest.skip("tiles are a detail of the CPU implementation (slot 0)")
+    from infini.ops.native.cpu import convolution
+
+    monkeypatch.setattr(convolution, "TILE_BYTES", tile_bytes)
+    infini.ops.Conv2d.clear_cache()
+    input = random_tensor(input_shape, dtype, device)
+    weight = random_tensor((4, 3, 3, 2), dtype, device)
+    bias = random_tensor((4,), dtype, device)
+    expected = F.conv2d(
+        input.double(), weight.double(), bias.double(), 1, (1, 0), (1, 2)
+    )
+    out = empty_out(expected.shape, dtype, device)
+    try:
+        _call(input, weight, bias, [1], [1, 0], [1, 2], 1, out, 0)
+    finally:
+        infini.ops.Conv2d.clear_cache()
+    assert_matches(out, expected, dtype, rtol)
+
+
 def _tensors(
     input=(1, 4, 6, 6),
     weight=(6, 4, 3, 3),

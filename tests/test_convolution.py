@@ -121,6 +121,30 @@ def test_convolution_transposed_strided(
     assert_matches(out, expected, dtype, rtol)
 
 
+@pytest.mark.parametrize("dtype, rtol", DTYPES, ids=DTYPE_IDS)
+def test_convolution_transposed_tiles(
+    dtype, rtol, device, implementation_index, monkeypatch
+):
+    if device != "cpu" or implementation_index != 0:
+        pytest.skip("tiles are a detail of the CPU implementation (slot 0)")
+    from infini.ops.native.cpu import convolution
+
+    # Tiles of three items and of two.
+    monkeypatch.setattr(convolution, "TILE_BYTES", 1024)
+    infini.ops.Convolution.clear_cache()
+    input = random_tensor((5, 4, 6), dtype, device)
+    weight = random_tensor((4, 3, 3), dtype, device)
+    bias = random_tensor((3,), dtype, device)
+    arguments = ([2], [1], [1], True, [1], 1)
+    expected = _reference(input, weight, bias, *arguments)
+    out = empty_out(expected.shape, dtype, device)
+    try:
+        _call(input, weight, bias, *arguments, out, 0)
+    finally:
+        infini.ops.Convolution.clear_cache()
+    assert_matches(out, expected, dtype, rtol)
+
+
 def test_convolution_transposed_out_aliases_input(device, implementation_index):
     # A 1x1 transposed convolution keeps the shape: `out` may be `input`.
     input = random_tensor((2, 4, 5), torch.float32, device)

@@ -50,6 +50,14 @@ from .memory import STORAGE, element_array
 # gather and the product.
 TILE_BYTES = 4 << 20
 
+# Multiply-adds from which the depthwise kernel runs in parallel: below,
+# waking the threads costs more than it saves.
+PARALLEL_DEPTHWISE_WORK = 1 << 18
+
+# Parallel tasks of the depthwise kernel: each takes a run of output planes
+# (and allocates its line buffer once).
+DEPTHWISE_CHUNKS = 64
+
 
 def _geometry(channels, kernel_size, stride, padding, dilation, input_size, output):
     """The int64 array every kernel takes: channels, then kernel size,
@@ -189,18 +197,21 @@ def store_kernel(dtype: str):
 
 
 @cache
-def depthwise_kernel(dtype: str, compute: str):
+def depthwise_kernel(dtype: str, compute: str, parallel: bool):
     """``run(x_address, x_span, x_strides, out_address, out_span,
     out_strides, geometry, weight, bias, has_bias, multiplier, items)``: a
     convolution with one input channel per group, straight into `out`;
     `weight` is ``(C_out, K)`` in the compute type and output channel ``c``
-    reads input channel ``c // multiplier``."""
+    reads input channel ``c // multiplier``. `parallel`: over runs of
+    output planes (else one thread, for small convolutions, where waking
+    the threads would cost more than the work)."""
     storage = STORAGE[dtype]
     load = loader(dtype)
     store = storer(dtype, compute)
-    zero = getattr(np, compute)(0)
+    line_type = getattr(np, compute)
+    zero = line_type(0)
 
-    @kernel(parallel=True)
+    @kernel(parallel=parallel)
     def run(
         x_address,
         x_span,
@@ -224,19 +235,25 @@ def depthwise_kernel(dtype: str, compute: str):
         in_d, in_h, in_w = geometry[13], geometry[14], geometry[15]
         out_d, out_h, out_w = geometry[16], geometry[17], geometry[18]
         channels = weight.shape[0]
-        for task in prange(items * channels):
-            item = task // channels
-            channel = task - item * channels
-            taps = weight[channel]
-            start = zero
-            if has_bias:
-                start = bias[channel]
-            source = item * x_strides[0] + (channel // multiplier) * x_strides[1]
-            target = item * out_strides[0] + channel * out_strides[1]
-            for od in range(out_d):
-                for oh in range(out_h):
-                    for ow in range(out_w):
-                        total = start
+        tasks = items * channels
+        chunks = min(tasks, DEPTHWISE_CHUNKS)
+        for chunk in prange(chunks):
+            # One output line at a time, tap by tap: the loop over the line
+            # has no bounds checks and vectorises.
+            line = np.empty(out_w, line_type)
+            for task in range(chunk * tasks // chunks, (chunk + 1) * tasks // chunks):
+                item = task // channels
+                channel = task - item * channels
+                taps = weight[channel]
+                start = zero
+                if has_bias:
+                    start = bias[channel]
+                source = item * x_strides[0] + (channel // multiplier) * x_strides[1]
+                target = item * out_strides[0] + channel * out_strides[1]
+                for od in range(out_d):
+                    for oh in range(out_h):
+                        for ow in range(out_w):
+                            line[ow] = start
                         for td in range(kernel_d):
                             source_d = od * stride_d - pad_d + td * dilation_d
                             if source_d < 0 or source_d >= in_d:
@@ -245,26 +262,38 @@ def depthwise_kernel(dtype: str, compute: str):
                                 source_h = oh * stride_h - pad_h + th * dilation_h
                                 if source_h < 0 or source_h >= in_h:
                                     continue
-                                row = (
-                                    source
-                                    + source_d * x_strides[2]
-                                    + source_h * x_strides[3]
-                                )
+                                row = source + source_d * x_strides[2]
+                                row += source_h * x_strides[3]
                                 tap = (td * kernel_h + th) * kernel_w
                                 for tw in range(kernel_w):
-                                    source_w = ow * stride_w - pad_w + tw * dilation_w
-                                    if source_w >= 0 and source_w < in_w:
-                                        total += taps[tap + tw] * load(
-                                            x, row + source_w * x_strides[4]
-                                        )
-                        store(
-                            out,
-                            target
-                            + od * out_strides[2]
-                            + oh * out_strides[3]
-                            + ow * out_strides[4],
-                            total,
-                        )
+                                    value = taps[tap + tw]
+                                    offset_w = tw * dilation_w - pad_w
+                                    # Output columns `low <= ow < high` read
+                                    # inside the input.
+                                    low = 0
+                                    if offset_w < 0:
+                                        low = (stride_w - 1 - offset_w) // stride_w
+                                    high = 0
+                                    if in_w - 1 - offset_w >= 0:
+                                        high = (in_w - 1 - offset_w) // stride_w + 1
+                                        high = min(out_w, high)
+                                    first = row + offset_w * x_strides[4]
+                                    step = stride_w * x_strides[4]
+                                    if step == 1:
+                                        for ow in range(low, high):
+                                            line[ow] += value * load(x, first + ow)
+                                    else:
+                                        for ow in range(low, high):
+                                            line[ow] += value * load(
+                                                x, first + ow * step
+                                            )
+                        base = target + od * out_strides[2] + oh * out_strides[3]
+                        if out_strides[4] == 1:
+                            for ow in range(out_w):
+                                store(out, base + ow, line[ow])
+                        else:
+                            for ow in range(out_w):
+                                store(out, base + ow * out_strides[4], line[ow])
         return 0
 
     return run
@@ -442,7 +471,10 @@ class ConvolutionPlan:
             self._plan_transposed()
         elif self.in_channels == groups and groups > 1:
             self.mode = "depthwise"
-            self.depthwise = depthwise_kernel(dtype, self.compute_name)
+            work = self.positions * self.taps * self.out_channels * self.batch
+            self.depthwise = depthwise_kernel(
+                dtype, self.compute_name, work >= PARALLEL_DEPTHWISE_WORK
+            )
         else:
             self._plan_gemm(operator)
 
@@ -733,8 +765,8 @@ def _call(operator: str, *, transposed=False, output_padding=(0,), **arguments):
 def precompile_convolution(operator: str, dims: int) -> int:
     """Runs `infini.ops.<operator>` once per precompiled dtype on each path
     (gathered GEMM into a strided output, which takes the store kernel;
-    depthwise; and for `convolution`, transposed), compiling those kernels;
-    returns the number of calls."""
+    depthwise, small and large; and for `convolution`, transposed),
+    compiling those kernels; returns the number of calls."""
     import torch
 
     from .precompile import PRECOMPILED_DTYPES
@@ -761,6 +793,21 @@ def precompile_convolution(operator: str, dims: int) -> int:
                 out=out,
             )
             calls += 1
+        # A depthwise convolution large enough to take the parallel kernel.
+        size = (4096, 64, 16)[dims - 1]
+        x_large = torch.zeros((1, 64, *(size,) * dims), dtype=dtype)
+        _call(
+            operator,
+            input=x_large,
+            weight=torch.zeros((64, 1, *(3,) * dims), dtype=dtype),
+            bias=None,
+            stride=[1],
+            padding=[1],
+            dilation=[1],
+            groups=64,
+            out=torch.empty_like(x_large),
+        )
+        calls += 1
         if operator == "convolution":
             weight = torch.zeros((4, 2, *(3,) * dims), dtype=dtype)
             out = torch.empty((1, 4, *(12,) * dims), dtype=dtype)
