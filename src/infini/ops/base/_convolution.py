@@ -14,6 +14,24 @@ class ConvolutionOperator(Operator):
     spatial dimensions), as PyTorch's ``torch.nn.functional.conv{1,2,3}d``
     and ``conv_transpose{1,2,3}d`` define them.
 
+    Rules shared by the family:
+
+    - float32, float64, float16 and bfloat16, one dtype for `input`,
+      `weight`, `bias` and `out`. 16-bit floats are computed in float32 and
+      rounded once.
+    - Any strides for every tensor; `out` may share memory with the inputs
+      (they are read as they were before the call).
+    - `stride`, `dilation` (positive), a list `padding` and `output_padding`
+      (non-negative) take one entry per spatial dimension, or a single one
+      for all, as PyTorch does.
+    - A string `padding` is ``"valid"`` (none) or ``"same"`` (the output as
+      large as the input; stride 1 only; an odd total of zeros puts the
+      extra one after the input, as PyTorch does).
+    - Every spatial output size must be positive (the dilated kernel fits
+      in the padded input); a batch of 0 is accepted.
+    - Groups split the input and output channels into `groups` equal parts,
+      part ``g`` of the output seeing only part ``g`` of the input.
+
     After `resolve` the operator holds:
 
     - `spatial_dims` (1 to 3), `batched` (whether `input` has a batch
@@ -26,7 +44,7 @@ class ConvolutionOperator(Operator):
     """
 
     # The spatial dimensions of the fixed-rank operators (`conv2d`: 2);
-    # `None` where the rank of `input` decides.
+    # `None` where the rank of `weight` decides.
     spatial_dims: int | None = None
     # Whether an input without a batch dimension is accepted (as
     # `torch.nn.functional.conv2d` accepts ``(C, H, W)``).
