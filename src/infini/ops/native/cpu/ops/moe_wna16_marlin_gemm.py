@@ -16,6 +16,7 @@ from infini.ops.native.cpu.marlin import (
     BAD_GROUP,
     BAD_PADDED_COUNT,
     BAD_PERM,
+    BAD_TOKEN,
     moe_gemm_kernel,
 )
 
@@ -120,6 +121,7 @@ class CpuMoeWna16MarlinGemm(MoeWna16MarlinGemm):
                 f"`g_idx_or_none[{expert}, {row}]` is {value}, out of the range "
                 f"[0, {self.groups}) (groups of `b_scales`); nothing was written."
             )
+        assert code == BAD_TOKEN, code
         return self.error(
             f"`sorted_token_ids[{position}]` is {value}: entries must be "
             "non-negative; nothing was written."
