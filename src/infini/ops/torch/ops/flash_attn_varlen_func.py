@@ -12,8 +12,9 @@ from infini.ops.core.streams import stream_context
 @implementation(operator="flash_attn_varlen_func", devices=("nvidia",), slot=8)
 class TorchFlashAttnVarlenFunc(FlashAttnVarlenFunc):
     """FlashAttention-2 varlen forward in torch: per sequence, the scores in
-    float32, bottom-right aligned causal/window masks, softcap, GQA. Slot 8
-    as in the original, where it is the torch backend of this operator."""
+    float32, bottom-right aligned causal/window masks, softcap, ALiBi, GQA,
+    paged keys. Slot 8 as in the original, where it is the torch backend of
+    this operator."""
 
     def launch(
         self, stream, q, k, v, cu_seqlens_q, cu_seqlens_k, alibi, table, out, lse, s
@@ -31,18 +32,35 @@ class TorchFlashAttnVarlenFunc(FlashAttnVarlenFunc):
                 causal=self.causal,
                 window=self.window,
                 softcap=self.softcap,
+                alibi_slopes=alibi,
+                block_table=table,
             )
 
 
 def varlen_attention(
-    q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, *, scale, causal, window, softcap
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    out,
+    lse,
+    *,
+    scale,
+    causal,
+    window,
+    softcap,
+    alibi_slopes=None,
+    block_table=None,
 ) -> None:
-    """The computation, on any device (the CPU tests call it directly)."""
+    """The computation, on any device (the CPU tests call it directly).
+    With `block_table`, `k` and `v` are paged caches ``(blocks, block_size,
+    kv_heads, dim)``."""
     import torch
 
     starts_q = cu_seqlens_q.tolist()
     starts_k = cu_seqlens_k.tolist()
-    groups = q.shape[1] // k.shape[1]
+    groups = q.shape[1] // k.shape[-2]
     left, right = window
     if causal:
         right = 0
@@ -53,8 +71,14 @@ def varlen_attention(
         if length_q == 0:
             continue
         query = q[q_begin:q_end].float().transpose(0, 1)  # (heads, Lq, D)
-        key = k[k_begin:k_end].float().transpose(0, 1)
-        value = v[k_begin:k_end].float().transpose(0, 1)
+        if block_table is None:
+            key, value = k[k_begin:k_end], v[k_begin:k_end]
+        else:
+            pages = block_table[index, : -(-length_k // k.shape[1])].long()
+            key = k[pages].flatten(0, 1)[:length_k]
+            value = v[pages].flatten(0, 1)[:length_k]
+        key = key.float().transpose(0, 1)
+        value = value.float().transpose(0, 1)
         if groups > 1:
             key = key.repeat_interleave(groups, dim=0)
             value = value.repeat_interleave(groups, dim=0)
@@ -64,6 +88,10 @@ def varlen_attention(
         rows = torch.arange(length_q, device=q.device).unsqueeze(1)
         columns = torch.arange(length_k, device=q.device).unsqueeze(0)
         position = rows + (length_k - length_q)
+        if alibi_slopes is not None:
+            slopes = alibi_slopes if alibi_slopes.dim() == 1 else alibi_slopes[index]
+            distance = (columns - position).abs().float()
+            scores = scores - slopes.float()[:, None, None] * distance
         keep = torch.ones(length_q, length_k, dtype=torch.bool, device=q.device)
         if right >= 0:
             keep &= columns <= position + right
