@@ -258,7 +258,7 @@ class CpuEmbedding(Embedding):
     @classmethod
     def precompile(cls) -> int:
         """Compiles the lookups (which depend only on the element size) for
-        int64 indices, at decode and prefill sizes."""
+        int32 and int64 indices, at decode and prefill sizes."""
         import torch
 
         import infini.ops
@@ -266,9 +266,10 @@ class CpuEmbedding(Embedding):
         calls = 0
         for dtype in (torch.float32, torch.bfloat16):
             weight = torch.zeros(64, 512, dtype=dtype)
-            for tokens in (1, 512):
-                input = torch.zeros(tokens, dtype=torch.int64)
-                out = torch.empty(tokens, 512, dtype=dtype)
-                infini.ops.embedding(input, weight, out, implementation_index=0)
-                calls += 1
+            for index_dtype in (torch.int32, torch.int64):
+                for tokens in (1, 512):
+                    input = torch.zeros(tokens, dtype=index_dtype)
+                    out = torch.empty(tokens, 512, dtype=dtype)
+                    infini.ops.embedding(input, weight, out, implementation_index=0)
+                    calls += 1
         return calls

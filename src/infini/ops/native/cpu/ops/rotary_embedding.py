@@ -70,8 +70,10 @@ class CpuRotaryEmbedding(RotaryEmbedding):
 
     @classmethod
     def precompile(cls) -> int:
-        """Compiles the common variant (NeoX, int64 positions, a cache of the
-        query's dtype, contiguous heads) for decode and prefill sizes."""
+        """Compiles the common variants (NeoX, contiguous heads): int64
+        positions with a cache of the query's dtype, and int32 positions
+        with a float32 cache (what `infini.ops.models` passes), for decode
+        and prefill sizes."""
         import torch
 
         import infini.ops
@@ -79,13 +81,17 @@ class CpuRotaryEmbedding(RotaryEmbedding):
         calls = 0
         for name in PRECOMPILED_DTYPES:
             dtype = getattr(torch, name)
-            cache = torch.zeros(8, 128, dtype=dtype)
-            for tokens in (1, 512):
-                positions = torch.zeros(tokens, dtype=torch.int64)
-                query = torch.zeros(tokens, 32 * 128, dtype=dtype)
-                key = torch.zeros(tokens, 8 * 128, dtype=dtype)
-                infini.ops.rotary_embedding(
-                    positions, query, key, cache, 128, True, implementation_index=0
-                )
-                calls += 1
+            for position_dtype, cache_dtype in (
+                (torch.int64, dtype),
+                (torch.int32, torch.float32),
+            ):
+                cache = torch.zeros(8, 128, dtype=cache_dtype)
+                for tokens in (1, 512):
+                    positions = torch.zeros(tokens, dtype=position_dtype)
+                    query = torch.zeros(tokens, 32 * 128, dtype=dtype)
+                    key = torch.zeros(tokens, 8 * 128, dtype=dtype)
+                    infini.ops.rotary_embedding(
+                        positions, query, key, cache, 128, True, implementation_index=0
+                    )
+                    calls += 1
         return calls
