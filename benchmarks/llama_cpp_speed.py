@@ -19,6 +19,15 @@ import json
 import time
 
 
+def greedy(model) -> int:
+    """The argmax of the last evaluated token's logits (llama.cpp keeps only
+    those without `logits_all`)."""
+    import numpy as np
+
+    logits = np.ctypeslib.as_array(model._ctx.get_logits(), shape=(model.n_vocab(),))
+    return int(np.argmax(logits))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model")
@@ -51,11 +60,11 @@ def main() -> None:
             begin = time.perf_counter()
             model.eval(tokens)
             prefill = time.perf_counter() - begin
-            token = int(np.argmax(model.scores[model.n_tokens - 1]))
+            token = greedy(model)
             model.eval([token])  # The first decode step, not timed.
             begin = time.perf_counter()
             for _ in range(arguments.steps):
-                token = int(np.argmax(model.scores[model.n_tokens - 1]))
+                token = greedy(model)
                 model.eval([token])
             decode = arguments.steps / (time.perf_counter() - begin)
             best_prefill = min(best_prefill, prefill)
