@@ -121,10 +121,11 @@ def gather_kernel(dtype: str, compute: str):
                 oh = position - od * out_h
                 source_d = od * stride_d - pad_d + tap_d * dilation_d
                 source_h = oh * stride_h - pad_h + tap_h * dilation_h
-                start = index * out_w
+                # Loops index slices from zero (Numba then skips its
+                # negative-index test and LLVM vectorises them).
+                segment = line[index * out_w : (index + 1) * out_w]
                 if source_d < 0 or source_d >= in_d or source_h < 0 or source_h >= in_h:
-                    for ow in range(out_w):
-                        line[start + ow] = zero
+                    segment[:] = zero
                     continue
                 source = (
                     base
@@ -133,17 +134,18 @@ def gather_kernel(dtype: str, compute: str):
                     + offset_w * x_strides[4]
                 )
                 step = stride_w * x_strides[4]
-                for ow in range(low):
-                    line[start + ow] = zero
+                segment[:low] = zero
+                segment[high:] = zero
+                inside = segment[low:high]
                 if step == 1:
-                    # A unit-stride run: a loop the compiler vectorises.
-                    for ow in range(low, high):
-                        line[start + ow] = load(x, source + ow)
+                    values = x[source + low : source + high]
+                    for ow in range(high - low):
+                        inside[ow] = load(values, ow)
                 else:
-                    for ow in range(low, high):
-                        line[start + ow] = load(x, source + ow * step)
-                for ow in range(high, out_w):
-                    line[start + ow] = zero
+                    first = np.uint64(source + low * step)
+                    stride = np.uint64(step)
+                    for ow in range(high - low):
+                        inside[ow] = load(x, first + np.uint64(ow) * stride)
         return 0
 
     return run
@@ -177,6 +179,7 @@ def store_kernel(dtype: str):
         for task in range(items * channels):
             item = task // channels
             channel = task - item * channels
+            # Without a bias, `bias` holds one zero.
             shift = bias[channel if has_bias else 0]
             base = (first_item + item) * out_strides[0] + channel * out_strides[1]
             line = source[item, channel]
@@ -185,12 +188,16 @@ def store_kernel(dtype: str):
                 od = position // out_h
                 oh = position - od * out_h
                 target = base + od * out_strides[2] + oh * out_strides[3]
-                start = index * out_w
-                for ow in range(out_w):
-                    value = line[start + ow]
-                    if has_bias:
-                        value += shift
-                    store(out, target + ow * out_strides[4], value)
+                values = line[index * out_w : (index + 1) * out_w]
+                if out_strides[4] == 1:
+                    row = out[target : target + out_w]
+                    for ow in range(out_w):
+                        store(row, ow, values[ow] + shift)
+                else:
+                    first = np.uint64(target)
+                    step = np.uint64(out_strides[4])
+                    for ow in range(out_w):
+                        store(out, first + np.uint64(ow) * step, values[ow] + shift)
         return 0
 
     return run
@@ -252,8 +259,7 @@ def depthwise_kernel(dtype: str, compute: str, parallel: bool):
                 target = item * out_strides[0] + channel * out_strides[1]
                 for od in range(out_d):
                     for oh in range(out_h):
-                        for ow in range(out_w):
-                            line[ow] = start
+                        line[:] = start
                         for td in range(kernel_d):
                             source_d = od * stride_d - pad_d + td * dilation_d
                             if source_d < 0 or source_d >= in_d:
@@ -277,23 +283,36 @@ def depthwise_kernel(dtype: str, compute: str, parallel: bool):
                                     if in_w - 1 - offset_w >= 0:
                                         high = (in_w - 1 - offset_w) // stride_w + 1
                                         high = min(out_w, high)
-                                    first = row + offset_w * x_strides[4]
+                                    if high <= low:
+                                        continue
+                                    # Slices indexed from zero: no
+                                    # negative-index test, vectorised.
+                                    count = high - low
+                                    sums = line[low:high]
+                                    first = low * stride_w + offset_w
+                                    first = row + first * x_strides[4]
                                     step = stride_w * x_strides[4]
                                     if step == 1:
-                                        for ow in range(low, high):
-                                            line[ow] += value * load(x, first + ow)
+                                        values = x[first : first + count]
+                                        for ow in range(count):
+                                            sums[ow] += value * load(values, ow)
                                     else:
-                                        for ow in range(low, high):
-                                            line[ow] += value * load(
-                                                x, first + ow * step
-                                            )
-                        base = target + od * out_strides[2] + oh * out_strides[3]
+                                        base = np.uint64(first)
+                                        stride = np.uint64(step)
+                                        for ow in range(count):
+                                            index = base + np.uint64(ow) * stride
+                                            sums[ow] += value * load(x, index)
+                        target_row = target + od * out_strides[2]
+                        target_row += oh * out_strides[3]
                         if out_strides[4] == 1:
+                            outputs = out[target_row : target_row + out_w]
                             for ow in range(out_w):
-                                store(out, base + ow, line[ow])
+                                store(outputs, ow, line[ow])
                         else:
+                            base = np.uint64(target_row)
+                            stride = np.uint64(out_strides[4])
                             for ow in range(out_w):
-                                store(out, base + ow * out_strides[4], line[ow])
+                                store(out, base + np.uint64(ow) * stride, line[ow])
         return 0
 
     return run
@@ -353,12 +372,21 @@ def scatter_kernel(dtype: str, compute: str):
                         oh = source_h * stride_h - pad_h + tap_h * dilation_h
                         if oh < 0 or oh >= out_h:
                             continue
+                        if high <= low:
+                            continue
+                        # Slices indexed from zero: no negative-index test.
                         target = (od * out_h + oh) * out_w + offset_w
+                        target += low * stride_w
                         source = (source_d * in_h + source_h) * in_w
-                        for source_w in range(low, high):
-                            plane[target + source_w * stride_w] += line[
-                                source + source_w
-                            ]
+                        count = high - low
+                        sums = plane[target : target + (count - 1) * stride_w + 1]
+                        values = line[source + low : source + high]
+                        if stride_w == 1:
+                            for index in range(count):
+                                sums[index] += values[index]
+                        else:
+                            for index in range(count):
+                                sums[index * stride_w] += values[index]
             shift = bias[channel if has_bias else 0]
             base = (first_item + item) * out_strides[0] + channel * out_strides[1]
             for od in range(out_d):
