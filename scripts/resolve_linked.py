@@ -10,7 +10,9 @@ contracts live under `src/infini/ops/linked/<transport>/<device>/`:
   CPU-specific build this CPU runs, see `cpu_isa_suffix`);
 - `ops/<op>/<impl>.yaml` binds operator `<op>` to that library: `library`
   plus exactly one of `required_symbols` (exported names, demangled) and
-  `operator_schema` + `dispatch_key` (a torch dispatcher operator);
+  `operator_schema` + `dispatch_key` (a torch dispatcher operator; one
+  registered without a dispatch key, a catch-all kernel such as vLLM's CPU
+  attention has, is found under `CompositeImplicitAutograd`);
 - `ops/<op>/<impl>.py`, beside it, is the adapter: the `@implementation`
   class that converts the arguments and calls the provider at run time.
 
@@ -461,6 +463,9 @@ import json, sys
 import torch
 
 library, contracts = sys.argv[1], json.loads(sys.argv[2])
+# A kernel registered without a dispatch key (`m.def(schema, function)`)
+# serves every backend; torch files it under this key.
+CATCH_ALL = "CompositeImplicitAutograd"
 torch.ops.load_library(library)
 problems = []
 for schema, key in contracts:
@@ -490,7 +495,15 @@ for schema, key in contracts:
     if not torch._C._dispatch_has_kernel_for_dispatch_key(
         qualified if overload else name, key
     ):
-        problems.append(f"has no kernel for dispatch key {key}")
+        problem = f"has no kernel for dispatch key {key}"
+        if torch._C._dispatch_has_kernel_for_dispatch_key(
+            qualified if overload else name, CATCH_ALL
+        ):
+            problem += (
+                f" (it is registered without a dispatch key, as {CATCH_ALL}: "
+                f"name that key)"
+            )
+        problems.append(problem)
         continue
     problems.append("")
 print(json.dumps(problems))

@@ -71,14 +71,18 @@ def dispatcher_operator(module: str, device: str, qualified_name: str | None = N
     A binding with an `operator_schema` names its operator; one with
     `required_symbols` (C++ functions taking `at::Tensor`, which `ctypes`
     cannot call) passes `qualified_name`, the operator under which the same
-    library registers those functions with the dispatcher."""
+    library registers those functions with the dispatcher. A binding whose
+    contracted operator needs a helper operator of the same library (vLLM's
+    CPU attention takes the plan `_C::get_scheduler_metadata` makes) passes
+    that one's `qualified_name` too: it is then looked up in the binding's
+    library, and an `ImportError` names it when the library lacks it."""
     import torch
 
     binding = binding_of(module, device)
-    if "operator_schema" in binding:
-        qualified = binding["operator_schema"].partition("(")[0]
-    elif qualified_name:
+    if qualified_name:
         qualified = qualified_name
+    elif "operator_schema" in binding:
+        qualified = binding["operator_schema"].partition("(")[0]
     else:
         raise ImportError(
             f"{binding['contract']} has no `operator_schema`: the adapter must name "
@@ -88,6 +92,11 @@ def dispatcher_operator(module: str, device: str, qualified_name: str | None = N
     with _LOCK:
         if not _registered(name):
             torch.ops.load_library(library_of(module, device)["path"])
+    if not _registered(name):
+        raise ImportError(
+            f"{library_of(module, device)['path']} registers no `{name}` "
+            f"(needed by {binding['contract']})"
+        )
     namespace, _, op = name.partition("::")
     packet = getattr(getattr(torch.ops, namespace), op)
     return getattr(packet, overload or "default")
