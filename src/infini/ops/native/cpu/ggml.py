@@ -273,77 +273,294 @@ def q3_scale(scales, i):
     return (low | (high << 4)) - 32
 
 
-# Dequantisation: one block of `block_elements` values into `out` from
-# element `at`, each computed in float32 as llama.cpp's reference does.
+# Dequantisation, written as LLVM vector IR like the products: a block's
+# codes are unpacked with vector shifts and masks, widened to float32 and
+# scaled with the same float32 operations as llama.cpp's reference (a
+# multiply, then an add or subtract; no fused multiply-add), so the values
+# equal `gguf.quants.dequantize` bit for bit. Each writes float32 values at
+# an address (any alignment).
+
+_F32 = ir.FloatType()
 
 
-@helper
-def dequantize_q4_0(block, out, at, store):
-    d = half_at(block)
-    packed = element_array(block + 2, 16, np.uint8)
-    for j in range(16):
-        store(out, at + j, d * np.float32(np.int32(packed[j] & 15) - 8))
-        store(out, at + j + 16, d * np.float32(np.int32(packed[j] >> 4) - 8))
+def _store_floats(builder, values, address):
+    pointer = builder.inttoptr(address, values.type.as_pointer())
+    builder.store(values, pointer, align=1)
 
 
-@helper
-def dequantize_q4_1(block, out, at, store):
-    d = half_at(block)
-    m = half_at(block + 2)
-    packed = element_array(block + 4, 16, np.uint8)
-    for j in range(16):
-        store(out, at + j, d * np.float32(packed[j] & 15) + m)
-        store(out, at + j + 16, d * np.float32(packed[j] >> 4) + m)
+def _to_float(builder, codes):
+    """Signed i32 codes to a float vector."""
+    return builder.sitofp(codes, _vector_type(_F32, codes.type.count))
 
 
-@helper
-def q5_high_bits(block):
-    high = element_array(block, 4, np.uint8)
-    return (
-        np.uint32(high[0])
-        | (np.uint32(high[1]) << 8)
-        | (np.uint32(high[2]) << 16)
-        | (np.uint32(high[3]) << 24)
+def _widen(builder, codes, signed=False):
+    wide = _vector_type(_I32, codes.type.count)
+    return builder.sext(codes, wide) if signed else builder.zext(codes, wide)
+
+
+def _nibble_pairs(builder, address):
+    """The 32 unsigned codes of 16 bytes of nibble pairs (low nibbles first)."""
+    packed = _load_vector(builder, address, _I8, 16)
+    low = builder.and_(packed, _constant_splat(_I8, 16, 15))
+    high = builder.lshr(packed, _constant_splat(_I8, 16, 4))
+    return builder.shuffle_vector(
+        low, high, ir.Constant(_vector_type(_I32, 32), list(range(32)))
     )
 
 
-@helper
-def dequantize_q5_0(block, out, at, store):
-    d = half_at(block)
-    high = q5_high_bits(block + 2)
-    packed = element_array(block + 6, 16, np.uint8)
-    for j in range(16):
-        low = np.int32(packed[j] & 15) | (np.int32((high >> j) & 1) << 4)
-        upper = np.int32(packed[j] >> 4) | (np.int32((high >> (j + 16)) & 1) << 4)
-        store(out, at + j, d * np.float32(low - 16))
-        store(out, at + j + 16, d * np.float32(upper - 16))
+def _with_high_bits(builder, codes, word_address):
+    """`codes` with bit ``j`` of the little-endian uint32 at `word_address`
+    as bit 4 of code ``j``."""
+    word = builder.load(builder.inttoptr(word_address, _I32.as_pointer()), align=1)
+    bits = builder.lshr(
+        _splat(builder, word, 32), ir.Constant(_vector_type(_I32, 32), list(range(32)))
+    )
+    bits = builder.trunc(
+        builder.and_(bits, _constant_splat(_I32, 32, 1)), _vector_type(_I8, 32)
+    )
+    return builder.or_(codes, builder.shl(bits, _constant_splat(_I8, 32, 4)))
+
+
+def _half(builder, address):
+    bits = builder.load(builder.inttoptr(address, _I16.as_pointer()), align=1)
+    return builder.fpext(builder.bitcast(bits, ir.HalfType()), _F32)
+
+
+def _scaled(builder, codes, offset, block, scale_at, min_at=None):
+    """``d * float(code - offset) [+ m]`` with the halves at `block` +
+    `scale_at` (and `min_at`) for 32 unsigned i8 codes."""
+    values = builder.sub(_widen(builder, codes), _constant_splat(_I32, 32, offset))
+    scale = _half(builder, builder.add(block, ir.Constant(block.type, scale_at)))
+    result = builder.fmul(_splat(builder, scale, 32), _to_float(builder, values))
+    if min_at is not None:
+        minimum = _half(builder, builder.add(block, ir.Constant(block.type, min_at)))
+        result = builder.fadd(result, _splat(builder, minimum, 32))
+    return result
+
+
+def _block_dequantizer(build):
+    """An intrinsic ``(block, out)`` storing the 32 float32 values
+    ``build(builder, block)`` computes."""
+
+    @intrinsic
+    def dequantize(typingctx, block, out):
+        if not _integers(block, out):
+            return None
+
+        def codegen(context, builder, signature, args):
+            _store_floats(builder, build(builder, args[0]), args[1])
+            return context.get_dummy_value()
+
+        return types.void(block, out), codegen
+
+    return dequantize
+
+
+def _offset(builder, address, offset):
+    return builder.add(address, ir.Constant(address.type, offset))
+
+
+dequantize_vector_q4_0 = _block_dequantizer(
+    lambda b, block: _scaled(b, _nibble_pairs(b, _offset(b, block, 2)), 8, block, 0)
+)
+dequantize_vector_q4_1 = _block_dequantizer(
+    lambda b, block: _scaled(b, _nibble_pairs(b, _offset(b, block, 4)), 0, block, 0, 2)
+)
+dequantize_vector_q5_0 = _block_dequantizer(
+    lambda b, block: _scaled(
+        b,
+        _with_high_bits(
+            b, _nibble_pairs(b, _offset(b, block, 6)), _offset(b, block, 2)
+        ),
+        16,
+        block,
+        0,
+    )
+)
+dequantize_vector_q5_1 = _block_dequantizer(
+    lambda b, block: _scaled(
+        b,
+        _with_high_bits(
+            b, _nibble_pairs(b, _offset(b, block, 8)), _offset(b, block, 4)
+        ),
+        0,
+        block,
+        0,
+        2,
+    )
+)
+
+
+def _q8_0_values(builder, block):
+    codes = _load_vector(builder, _offset(builder, block, 2), _I8, 32)
+    scale = _half(builder, block)
+    # ``float(q) * d``: the reference's operand order (the product is the
+    # same either way).
+    return builder.fmul(
+        _to_float(builder, _widen(builder, codes, signed=True)),
+        _splat(builder, scale, 32),
+    )
+
+
+dequantize_vector_q8_0 = _block_dequantizer(_q8_0_values)
+
+
+def _dequantize_bits(count):
+    @intrinsic
+    def dequantize_bits(
+        typingctx,
+        packed,
+        shift,
+        mask,
+        high,
+        high_shift,
+        high_mask,
+        position,
+        offset,
+        scale,
+        minimum,
+        out,
+    ):
+        """Stores ``scale * float(q[j] - offset) - minimum`` for ``j <
+        count`` as float32 at `out`, with ``q[j] = ((packed[j] >> shift) &
+        mask) | (((high[j] >> high_shift) & high_mask) << position)`` (the
+        K-quants' groups; `high_mask` 0 for the formats without high
+        bits)."""
+        integers = (packed, shift, mask, high, high_shift, high_mask, position)
+        if not _integers(*integers, offset, out):
+            return None
+        if not all(isinstance(t, types.Float) for t in (scale, minimum)):
+            return None
+
+        def codegen(context, builder, signature, args):
+            arg_types = signature.args
+            codes = _bits(context, builder, args, arg_types, count)
+            upper = _bits(context, builder, args[3:6], arg_types[3:6], count)
+            shift = _splat(
+                builder, _byte(context, builder, args[6], arg_types[6]), count
+            )
+            codes = _widen(builder, builder.or_(codes, builder.shl(upper, shift)))
+            offset = context.cast(builder, args[7], arg_types[7], types.int32)
+            codes = builder.sub(codes, _splat(builder, offset, count))
+            scale = context.cast(builder, args[8], arg_types[8], types.float32)
+            minimum = context.cast(builder, args[9], arg_types[9], types.float32)
+            values = builder.fsub(
+                builder.fmul(_splat(builder, scale, count), _to_float(builder, codes)),
+                _splat(builder, minimum, count),
+            )
+            _store_floats(builder, values, args[10])
+            return context.get_dummy_value()
+
+        signature = types.void(
+            packed,
+            shift,
+            mask,
+            high,
+            high_shift,
+            high_mask,
+            position,
+            offset,
+            scale,
+            minimum,
+            out,
+        )
+        return signature, codegen
+
+    return dequantize_bits
+
+
+dequantize_bits_16 = _dequantize_bits(16)
+dequantize_bits_32 = _dequantize_bits(32)
+
+
+def _rounding_store(to_bfloat16):
+    @intrinsic
+    def round_floats(typingctx, source, target):
+        """Rounds the 32 float32 values at `source` to nearest even and
+        stores them as 16-bit floats at `target` (NaNs stay quiet NaNs), as
+        `dtype_io`'s scalar stores do."""
+        if not _integers(source, target):
+            return None
+
+        def codegen(context, builder, signature, args):
+            count = 32
+            values = _load_vector(builder, args[0], _F32, count)
+            if to_bfloat16:
+                bits = builder.bitcast(values, _vector_type(_I32, count))
+                lower = builder.and_(
+                    builder.lshr(bits, _constant_splat(_I32, count, 16)),
+                    _constant_splat(_I32, count, 1),
+                )
+                rounded = builder.add(
+                    bits, builder.add(lower, _constant_splat(_I32, count, 0x7FFF))
+                )
+                quiet = builder.or_(bits, _constant_splat(_I32, count, 0x400000))
+                nan = builder.fcmp_unordered("uno", values, values)
+                chosen = builder.select(nan, quiet, rounded)
+                result = builder.trunc(
+                    builder.lshr(chosen, _constant_splat(_I32, count, 16)),
+                    _vector_type(_I16, count),
+                )
+            else:
+                result = builder.fptrunc(values, _vector_type(ir.HalfType(), count))
+            _store_floats(builder, result, args[1])
+            return context.get_dummy_value()
+
+        return types.void(source, target), codegen
+
+    return round_floats
+
+
+_round_floats_float16 = _rounding_store(False)
+_round_floats_bfloat16 = _rounding_store(True)
+
+
+# Kernels capture these helpers rather than the intrinsics: the on-disk
+# cache keys a closure on the captured functions' qualified names, which the
+# two intrinsics share.
 
 
 @helper
-def dequantize_q5_1(block, out, at, store):
-    d = half_at(block)
-    m = half_at(block + 2)
-    high = q5_high_bits(block + 4)
-    packed = element_array(block + 8, 16, np.uint8)
-    for j in range(16):
-        low = np.int32(packed[j] & 15) | (np.int32((high >> j) & 1) << 4)
-        upper = np.int32(packed[j] >> 4) | (np.int32((high >> (j + 16)) & 1) << 4)
-        store(out, at + j, d * np.float32(low) + m)
-        store(out, at + j + 16, d * np.float32(upper) + m)
+def round_floats_float16(source, target):
+    _round_floats_float16(source, target)
 
 
 @helper
-def dequantize_q8_0(block, out, at, store):
-    d = half_at(block)
-    codes = element_array(block + 2, 32, np.int8)
-    for j in range(32):
-        store(out, at + j, np.float32(codes[j]) * d)
+def round_floats_bfloat16(source, target):
+    _round_floats_bfloat16(source, target)
+
+
+# One block of `block_elements` values as float32 at address `out`.
 
 
 @helper
-def dequantize_q2_k(block, out, at, store):
+def dequantize_q4_0(block, out):
+    dequantize_vector_q4_0(block, out)
+
+
+@helper
+def dequantize_q4_1(block, out):
+    dequantize_vector_q4_1(block, out)
+
+
+@helper
+def dequantize_q5_0(block, out):
+    dequantize_vector_q5_0(block, out)
+
+
+@helper
+def dequantize_q5_1(block, out):
+    dequantize_vector_q5_1(block, out)
+
+
+@helper
+def dequantize_q8_0(block, out):
+    dequantize_vector_q8_0(block, out)
+
+
+@helper
+def dequantize_q2_k(block, out):
     scales = element_array(block, 16, np.uint8)
-    packed = element_array(block + 16, 64, np.uint8)
     d = half_at(block + 80)
     dmin = half_at(block + 82)
     for i in range(16):
@@ -351,80 +568,102 @@ def dequantize_q2_k(block, out, at, store):
         minimum = dmin * np.float32(scales[i] >> 4)
         first = 32 * (i // 8) + 16 * (i % 2)
         shift = 2 * ((i % 8) // 2)
-        for at_value in range(16):
-            code = (np.int32(packed[first + at_value]) >> shift) & 3
-            store(out, at + 16 * i + at_value, scale * np.float32(code) - minimum)
+        packed = block + 16 + first
+        dequantize_bits_16(
+            packed, shift, 3, packed, 0, 0, 0, 0, scale, minimum, out + 64 * i
+        )
 
 
 @helper
-def dequantize_q3_k(block, out, at, store):
-    high = element_array(block, 32, np.uint8)
-    packed = element_array(block + 32, 64, np.uint8)
+def dequantize_q3_k(block, out):
     scales = element_array(block + 96, 12, np.uint8)
     d = half_at(block + 108)
     for i in range(16):
         scale = d * np.float32(q3_scale(scales, i))
         first = 32 * (i // 8) + 16 * (i % 2)
         shift = 2 * ((i % 8) // 2)
-        bit = i // 2
-        for at_value in range(16):
-            code = (np.int32(packed[first + at_value]) >> shift) & 3
-            code |= ((np.int32(high[16 * (i % 2) + at_value]) >> bit) & 1) << 2
-            store(out, at + 16 * i + at_value, scale * np.float32(code - 4))
+        dequantize_bits_16(
+            block + 32 + first,
+            shift,
+            3,
+            block + 16 * (i % 2),
+            i // 2,
+            1,
+            2,
+            4,
+            scale,
+            np.float32(0),
+            out + 64 * i,
+        )
 
 
 @helper
-def dequantize_q4_k(block, out, at, store):
+def dequantize_q4_k(block, out):
     d = half_at(block)
     dmin = half_at(block + 2)
     scales = element_array(block + 4, 12, np.uint8)
-    packed = element_array(block + 16, 128, np.uint8)
     for j in range(8):
         scale_code, min_code = k4_scale_min(scales, j)
-        scale = d * np.float32(scale_code)
-        minimum = dmin * np.float32(min_code)
-        first = 32 * (j // 2)
-        shift = 4 * (j % 2)
-        for at_value in range(32):
-            code = (np.int32(packed[first + at_value]) >> shift) & 15
-            store(out, at + 32 * j + at_value, scale * np.float32(code) - minimum)
+        packed = block + 16 + 32 * (j // 2)
+        dequantize_bits_32(
+            packed,
+            4 * (j % 2),
+            15,
+            packed,
+            0,
+            0,
+            0,
+            0,
+            d * np.float32(scale_code),
+            dmin * np.float32(min_code),
+            out + 128 * j,
+        )
 
 
 @helper
-def dequantize_q5_k(block, out, at, store):
+def dequantize_q5_k(block, out):
     d = half_at(block)
     dmin = half_at(block + 2)
     scales = element_array(block + 4, 12, np.uint8)
-    high = element_array(block + 16, 32, np.uint8)
-    packed = element_array(block + 48, 128, np.uint8)
     for j in range(8):
         scale_code, min_code = k4_scale_min(scales, j)
-        scale = d * np.float32(scale_code)
-        minimum = dmin * np.float32(min_code)
-        first = 32 * (j // 2)
-        shift = 4 * (j % 2)
-        for at_value in range(32):
-            code = (np.int32(packed[first + at_value]) >> shift) & 15
-            code |= ((np.int32(high[at_value]) >> j) & 1) << 4
-            store(out, at + 32 * j + at_value, scale * np.float32(code) - minimum)
+        dequantize_bits_32(
+            block + 48 + 32 * (j // 2),
+            4 * (j % 2),
+            15,
+            block + 16,
+            j,
+            1,
+            4,
+            0,
+            d * np.float32(scale_code),
+            dmin * np.float32(min_code),
+            out + 128 * j,
+        )
 
 
 @helper
-def dequantize_q6_k(block, out, at, store):
-    low = element_array(block, 128, np.uint8)
-    high = element_array(block + 128, 64, np.uint8)
+def dequantize_q6_k(block, out):
     scales = element_array(block + 192, 16, np.int8)
     d = half_at(block + 208)
     for j in range(8):
         half = j // 4
         k = j % 4
         first = 64 * half + 32 * (k % 2)
-        shift = 4 * (k // 2)
-        for at_value in range(32):
-            code = (np.int32(low[first + at_value]) >> shift) & 15
-            code |= ((np.int32(high[32 * half + at_value]) >> (2 * k)) & 3) << 4
-            scale = d * np.float32(scales[2 * j + at_value // 16])
-            store(out, at + 32 * j + at_value, scale * np.float32(code - 32))
+        for side in range(2):
+            dequantize_bits_16(
+                block + first + 16 * side,
+                4 * (k // 2),
+                15,
+                block + 128 + 32 * half + 16 * side,
+                2 * k,
+                3,
+                4,
+                32,
+                d * np.float32(scales[2 * j + side]),
+                np.float32(0),
+                out + 128 * j + 64 * side,
+            )
 
 
 DEQUANTIZE_BLOCK = {
@@ -443,29 +682,43 @@ DEQUANTIZE_BLOCK = {
 
 @cache
 def dequantize_kernel(quant_type: int, dtype: str, parallel: bool):
-    """``run(weight, weight_stride, out, out_stride, rows, cols, chunks)``:
-    dequantises `rows` rows of `cols` values (addresses; strides in bytes for
-    `weight`, elements for `out`) in `chunks` chunks of rows."""
+    """``run(weight, weight_stride, out, out_stride, rows, cols, chunks,
+    scratch)``: dequantises `rows` rows of `cols` values (addresses; strides
+    in bytes for `weight`, elements for `out`) in `chunks` chunks of rows.
+    float32 values go straight into `out`; for 16-bit outputs each row is
+    dequantised into chunk ``c``'s float32 row at ``scratch + 4 * c * cols``
+    first (``chunks * cols`` floats; unused for float32), then rounded into
+    `out` 32 values at a time."""
     entry = GGML_TYPES[quant_type]
     block_elements = entry.block_elements
     block_bytes = entry.block_bytes
+    block_out_bytes = 4 * block_elements
     dequantize_block = DEQUANTIZE_BLOCK[quant_type]
-    storage = STORAGE[dtype]
-    store = storer(dtype)
+    direct = dtype == "float32"
+    round_floats = (
+        round_floats_bfloat16 if dtype == "bfloat16" else round_floats_float16
+    )
 
-    def run(weight, weight_stride, out_address, out_stride, rows, cols, chunks):
-        out = element_array(out_address, (rows - 1) * out_stride + cols, storage)
+    def run(
+        weight, weight_stride, out_address, out_stride, rows, cols, chunks, scratch
+    ):
         blocks = cols // block_elements
         for chunk in prange(chunks):
             for row in range(chunk * rows // chunks, (chunk + 1) * rows // chunks):
                 source = weight + row * weight_stride
+                if direct:
+                    target = out_address + 4 * row * out_stride
+                else:
+                    target = scratch + 4 * chunk * cols
                 for block in range(blocks):
                     dequantize_block(
                         source + block * block_bytes,
-                        out,
-                        row * out_stride + block * block_elements,
-                        store,
+                        target + block * block_out_bytes,
                     )
+                if not direct:
+                    first = out_address + 2 * row * out_stride
+                    for at in range(0, cols, 32):
+                        round_floats(target + 4 * at, first + 2 * at)
         return 0
 
     return kernel(run, parallel=parallel)

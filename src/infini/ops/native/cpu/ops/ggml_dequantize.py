@@ -3,6 +3,8 @@ parallel over chunks of rows."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from infini.ops.base.ggml_dequantize import GgmlDequantize
 from infini.ops.core.registry import implementation
 from infini.ops.native.cpu.ggml import dequantize_kernel
@@ -25,6 +27,11 @@ class CpuGgmlDequantize(GgmlDequantize):
         self.weight_stride = args.weight.strides[0]
         self.out_stride = args.out.strides[0]
         self.run = dequantize_kernel(args.quant_type, args.out.dtype, parallel)
+        # 16-bit outputs: a float32 row per chunk, rounded into `out`.
+        self.scratch = np.empty(
+            0 if args.out.dtype == "float32" else self.chunks * self.cols, np.float32
+        )
+        self.scratch_address = self.scratch.ctypes.data
 
     def launch(self, stream, weight, out) -> None:
         if self.rows:
@@ -36,6 +43,7 @@ class CpuGgmlDequantize(GgmlDequantize):
                 self.rows,
                 self.cols,
                 self.chunks,
+                self.scratch_address,
             )
 
     @classmethod
