@@ -136,6 +136,20 @@ def _offline_code_generator():
                 _min_num_elements=1, _max_num_elements=_MAX_ELEMENTS_PER_PROGRAM
             )
 
+        def _generate_autotune(self, params, meta):
+            # Nothing to tune without meta-parameters, and the bounds it
+            # would check need an upper bound for every size a tile takes
+            # whole (a ``-1`` tile), which our sizes do not declare.
+            if meta:
+                raise ValueError("NineToothed arrangements here take integer blocks")
+            return None
+
+        def _generate_launch(self, params, meta):
+            # NineToothed's torch launcher is dropped (`_adapt_source`); its
+            # text is not even valid for sizes a tile takes whole.
+            self._generate_grid()  # sets `raw_grid`, which `_generate` reads
+            return ast.Pass()
+
     return OfflineCodeGenerator()
 
 
@@ -210,6 +224,11 @@ def _adapt_source(source: str, kernel_name: str, specs) -> tuple[str, list]:
         if isinstance(node, ast.FunctionDef) and node.name == kernel_name
     )
     by_name = {argument.arg: argument for argument in function.args.args}
+    # The padded size of a dimension a tile takes whole is a block shape,
+    # so a constexpr (NineToothed's launcher would pass it as one).
+    for name, argument in by_name.items():
+        if argument.annotation is None and _PREFIX.match(name):
+            argument.annotation = ast.parse("triton.language.constexpr").body[0].value
     runtime = [name for name in by_name if by_name[name].annotation is None]
     constexpr = [name for name in by_name if by_name[name].annotation is not None]
 

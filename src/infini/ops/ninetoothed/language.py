@@ -50,6 +50,17 @@ def store_rounded(pointer, value, mask):
 
 
 @triton.jit
+def dot_operand(value, wide):
+    """An operand of `tl.dot`: `upcast` when `wide` (a constexpr; under
+    Triton's interpreter, whose 16-bit arithmetic is unreliable), else as
+    loaded (16-bit products are exact in the float32 accumulator)."""
+    if wide:
+        return upcast(value)
+    else:
+        return value
+
+
+@triton.jit
 def silu(x):
     """``x / (1 + exp(-x))`` in float64, rounded once by the store: full
     precision down to the subnormal range (float32 `exp(-x)` would lose the
