@@ -13,11 +13,13 @@ class ConvInfinilm(ConvolutionOperator):
 
     InfiniCore's `conv` operator (which InfiniLM calls) describes a
     convolution by per-dimension `pads`, `strides` and `dilations` over
-    ``(N, C, *spatial)`` tensors, cross-correlating with a weight
-    ``(C_out, C_in / groups, *kernel)`` and padding each spatial dimension
-    symmetrically. Beyond the argument order this is exactly
-    `torch.nn.functional.conv{1,2,3}d(input, weight, bias, stride, padding,
-    dilation, groups)` with a list `padding`:
+    ``(N, C, *spatial)`` tensors (NCHW-style, channels before the spatial
+    dimensions), cross-correlating with a weight ``(C_out, C_in, *kernel)``
+    and padding each spatial dimension symmetrically; it has no groups. The
+    `groups` of this signature follow the original InfiniOps base: a weight
+    ``(C_out, C_in / groups, *kernel)``. Beyond the argument order this is
+    exactly `torch.nn.functional.conv{1,2,3}d(input, weight, bias, stride,
+    padding, dilation, groups)` with a list `padding`:
 
     - `input` is batched, ``(N, C_in, *spatial)``; the rank of `weight`
       decides the spatial dimensions.
