@@ -201,3 +201,221 @@ def test_softmax_along_a_middle_dimension_and_causal_softmax(dtype, tolerance):
         torch.testing.assert_close(
             out, expected, rtol=tolerance, atol=tolerance, equal_nan=True
         )
+
+
+@requires_interpreter
+@pytest.mark.parametrize("dtype, tolerance", DTYPES, ids=str)
+def test_gemm_transposed_batched_strided_and_empty(dtype, tolerance):
+    _skip_without_slot_nine("Gemm")
+    # 2-D, `b` transposed (column-major), `alpha`.
+    a = torch.randn(5, 33, dtype=dtype)
+    b = torch.randn(20, 33, dtype=dtype)
+    y = torch.empty(5, 20, dtype=dtype)
+    infini.ops.gemm(a, b, None, 0.5, None, 0, 1, y, implementation_index=9)
+    expected = (0.5 * a.double() @ b.double().t()).to(dtype)
+    torch.testing.assert_close(y, expected, rtol=tolerance, atol=tolerance)
+    # Batched, `a` transposed and strided, a 2-D `b` shared by the batch.
+    a = torch.randn(2, 14, 6, dtype=dtype)[:, ::2]  # op(a): (2, 6, 7)
+    b = torch.randn(7, 9, dtype=dtype)
+    y = torch.empty(2, 6, 9, dtype=dtype)
+    infini.ops.gemm(a, b, None, None, None, 1, 0, y, implementation_index=9)
+    expected = (a.double().transpose(1, 2) @ b.double()).to(dtype)
+    torch.testing.assert_close(y, expected, rtol=tolerance, atol=tolerance)
+    # No inner dimension: zeros; no rows: nothing to do.
+    y = torch.full((3, 4), float("nan"), dtype=dtype)
+    empty_a, empty_b = torch.empty(3, 0, dtype=dtype), torch.empty(0, 4, dtype=dtype)
+    infini.ops.gemm(empty_a, empty_b, y, implementation_index=9)
+    assert torch.equal(y, torch.zeros(3, 4, dtype=dtype))
+    infini.ops.gemm(
+        torch.empty(0, 3, dtype=dtype),
+        torch.empty(3, 4, dtype=dtype),
+        torch.empty(0, 4, dtype=dtype),
+        implementation_index=9,
+    )
+
+
+@requires_interpreter
+def test_gemm_in_float64_and_into_an_aliased_output():
+    _skip_without_slot_nine("Gemm")
+    a = torch.randn(3, 3, 8, dtype=torch.float64)
+    b = torch.randn(1, 8, 8, dtype=torch.float64)  # batch of one, shared
+    expected = a @ b
+    infini.ops.gemm(a, b, a, implementation_index=9)  # `y` is `a`
+    torch.testing.assert_close(a, expected, rtol=1e-12, atol=1e-12)
+
+
+def _attention_reference(query, key, value, **options):
+    import torch.nn.functional as F
+
+    if options.get("enable_gqa"):
+        ratio = query.shape[-3] // key.shape[-3]
+        key = key.repeat_interleave(ratio, -3)
+        value = value.repeat_interleave(ratio, -3)
+        options = {**options, "enable_gqa": False}
+    mask = options.get("attn_mask")
+    if mask is not None and mask.is_floating_point():
+        options["attn_mask"] = mask.double()
+    result = F.scaled_dot_product_attention(
+        query.double(), key.double(), value.double(), **options
+    )
+    return result.nan_to_num(0.0)  # a row with nothing left is 0 (the base)
+
+
+@requires_interpreter
+@pytest.mark.parametrize("dtype, tolerance", DTYPES, ids=str)
+def test_attention_causal_grouped_query(dtype, tolerance):
+    _skip_without_slot_nine("ScaledDotProductAttention")
+    # Two query heads per key/value head; the value has fewer features; the
+    # query is transposed in memory.
+    query = torch.randn(1, 9, 4, 16, dtype=dtype).transpose(1, 2)
+    key = torch.randn(1, 2, 11, 16, dtype=dtype)
+    value = torch.randn(1, 2, 11, 8, dtype=dtype)
+    out = torch.empty(1, 4, 9, 8, dtype=dtype)
+    infini.ops.scaled_dot_product_attention(
+        query, key, value, None, 0.0, True, None, True, out, implementation_index=9
+    )
+    expected = _attention_reference(query, key, value, is_causal=True, enable_gqa=True)
+    torch.testing.assert_close(out, expected.to(dtype), rtol=tolerance, atol=tolerance)
+
+
+@requires_interpreter
+def test_attention_masks_several_key_tiles_and_empty_sequences():
+    _skip_without_slot_nine("ScaledDotProductAttention")
+    attention = infini.ops.scaled_dot_product_attention
+    # A bool mask broadcast over the heads, with a row masked throughout,
+    # and more keys than one tile holds (the online softmax across tiles).
+    query, key = torch.randn(2, 3, 8), torch.randn(2, 300, 8)
+    value = torch.randn(2, 300, 5)
+    mask = torch.rand(3, 300) > 0.5
+    mask[1] = False
+    out = torch.empty(2, 3, 5)
+    attention(
+        query, key, value, mask, 0.0, False, 0.7, False, out, implementation_index=9
+    )
+    expected = _attention_reference(query, key, value, attn_mask=mask, scale=0.7)
+    torch.testing.assert_close(out, expected.float(), rtol=1e-5, atol=1e-5)
+    assert torch.equal(out[:, 1], torch.zeros(2, 5))
+    # An additive float16 mask, broadcast along the queries.
+    query, key, value = (torch.randn(3, 6, dtype=torch.float16) for _ in range(3))
+    mask = torch.randn(1, 3, dtype=torch.float16)
+    out = torch.empty(3, 6, dtype=torch.float16)
+    attention(
+        query, key, value, mask, 0.0, False, None, False, out, implementation_index=9
+    )
+    expected = _attention_reference(query, key, value, attn_mask=mask)
+    torch.testing.assert_close(out, expected.half(), rtol=2e-3, atol=2e-3)
+    # No keys: zeros; no queries: nothing to do.
+    out = torch.full((2, 4), float("nan"))
+    attention(
+        torch.randn(2, 3),
+        torch.empty(0, 3),
+        torch.empty(0, 4),
+        out,
+        implementation_index=9,
+    )
+    assert torch.equal(out, torch.zeros(2, 4))
+    attention(
+        torch.empty(0, 3),
+        torch.randn(2, 3),
+        torch.randn(2, 4),
+        torch.empty(0, 4),
+        implementation_index=9,
+    )
+
+
+@requires_interpreter
+def test_attention_refuses_at_slot_nine_what_it_does_not_support():
+    _skip_without_slot_nine("ScaledDotProductAttention")
+    query, key, value = torch.randn(6, 2, 4), torch.randn(2, 2, 4), torch.randn(3, 2, 4)
+    out = torch.full((6, 2, 4), 7.0)
+    for arguments, words in (
+        ((query, key, key, None, 0.5, False, None, True), "`dropout_p`"),
+        ((query, key, value, None, 0.0, False, None, True), "divide one another"),
+        (
+            (torch.randn(2, 0), torch.randn(3, 0), torch.randn(3, 4), None, 0.0)
+            + (False, None, False),
+            "E = 0",
+        ),
+    ):
+        target = out if arguments[0] is query else torch.full((2, 4), 7.0)
+        with pytest.raises(ValueError, match="scaled_dot_product_attention") as error:
+            infini.ops.scaled_dot_product_attention(
+                *arguments, target, implementation_index=9
+            )
+        assert "slot 9" in str(error.value) and words in str(error.value)
+        assert torch.equal(target, torch.full_like(target, 7.0))
+
+
+def _rope_reference(positions, tensor, cache, head_size, neox, offset=0, inverse=False):
+    """The rotated copy of `tensor` in float64."""
+    half = cache.shape[1] // 2
+    table = cache.double()[positions.long()].unsqueeze(-2)
+    cos, sin = table[..., :half], table[..., half:]
+    sin = -sin if inverse else sin
+    result = tensor.double().clone()
+    heads = result.view(*positions.shape, -1, head_size)
+    part = heads[..., offset : offset + 2 * half]
+    first = part[..., :half] if neox else part[..., 0::2]
+    second = part[..., half:] if neox else part[..., 1::2]
+    x, y = first.clone(), second.clone()
+    first.copy_(x * cos - y * sin)
+    second.copy_(y * cos + x * sin)
+    return result
+
+
+@requires_interpreter
+@pytest.mark.parametrize("neox", (True, False), ids=("neox", "gptj"))
+@pytest.mark.parametrize("dtype, tolerance", DTYPES, ids=str)
+def test_rotary_embedding(dtype, tolerance, neox):
+    _skip_without_slot_nine("RotaryEmbedding")
+    # Flattened query, structured key with one head (GQA), a rotary part
+    # after an offset, a cache of another dtype.
+    positions = torch.randint(0, 10, (5,))
+    cache = torch.randn(10, 12, dtype=torch.float32)
+    query = torch.randn(5, 3 * 16, dtype=dtype)
+    key = torch.randn(5, 1, 16, dtype=dtype)
+    expected_query = _rope_reference(positions, query, cache, 16, neox, offset=2)
+    expected_key = _rope_reference(positions, key, cache, 16, neox, offset=2)
+    infini.ops.rotary_embedding(
+        positions, query, key, cache, 16, neox, 2, False, implementation_index=9
+    )
+    torch.testing.assert_close(
+        query, expected_query.to(dtype), rtol=tolerance, atol=tolerance
+    )
+    torch.testing.assert_close(
+        key, expected_key.to(dtype), rtol=tolerance, atol=tolerance
+    )
+    # 2-D int32 positions, a transposed query, no key, the inverse rotation.
+    positions = torch.randint(0, 10, (2, 3), dtype=torch.int32)
+    query = torch.randn(3, 2, 2, 16, dtype=dtype).transpose(0, 1)
+    cache = cache.to(dtype)
+    expected = _rope_reference(positions, query, cache, 16, neox, inverse=True)
+    infini.ops.rotary_embedding(
+        positions, query, None, cache, 16, neox, 0, True, implementation_index=9
+    )
+    torch.testing.assert_close(
+        query, expected.to(dtype), rtol=tolerance, atol=tolerance
+    )
+
+
+@requires_interpreter
+def test_rotary_embedding_without_tokens_and_with_a_bad_position():
+    _skip_without_slot_nine("RotaryEmbedding")
+    cache = torch.randn(4, 8)
+    query = torch.empty(0, 8)
+    infini.ops.rotary_embedding(
+        torch.empty(0, dtype=torch.int64),
+        query,
+        None,
+        cache,
+        8,
+        True,
+        implementation_index=9,
+    )
+    query = torch.randn(2, 8)
+    before = query.clone()
+    with pytest.raises(ValueError, match="rotary_embedding"):
+        infini.ops.rotary_embedding(
+            torch.tensor([1, 4]), query, None, cache, 8, True, implementation_index=9
+        )
+    assert torch.equal(query, before)
