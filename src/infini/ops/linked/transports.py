@@ -10,6 +10,9 @@ reach a library:
   `torch.ops.<namespace>.<name>` on the caller's tensors.
 - `c_function`: the library exports plain C functions; it is opened once
   with `ctypes` and the binding passes data pointers.
+- `extension_function`: the library is a pybind11 extension module whose
+  contract lists C++ symbols (flash-attn, apex); it is imported once and the
+  binding calls the module's Python function for those symbols.
 
 A library that registers dispatcher operators is never loaded when its
 operators already exist in the process (for example after `import vllm`):
@@ -130,3 +133,40 @@ def unsupported(operator: str, provider: str, message: str) -> OperatorError:
     """The `ValueError` for arguments a provider cannot take (raised while the
     operator is built, before anything is written)."""
     return OperatorError(operator, f"the linked provider `{provider}` {message}")
+
+
+@cache
+def _extension_module(path: str):
+    import importlib.machinery
+    import importlib.util
+    import sys
+
+    name = path.rpartition("/")[2].partition(".")[0]
+    if name in sys.modules:
+        # The provider's own package imported it already: one copy only.
+        return sys.modules[name]
+    loader = importlib.machinery.ExtensionFileLoader(name, path)
+    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    sys.modules[name] = module
+    return module
+
+
+def extension_function(module: str, device: str, name: str):
+    """A function of the Python extension module a `torch` binding with
+    `required_symbols` resolved to (flash-attn's `flash_attn_2_cuda`, apex's
+    `fused_layer_norm_cuda`): such libraries export C++ functions taking
+    `at::Tensor`, which `ctypes` cannot call, and register no dispatcher
+    operator, but their pybind11 module exposes the same functions to Python
+    under `name`. The module is imported once, from the resolved path."""
+    binding = binding_of(module, device)
+    with _LOCK:
+        extension = _extension_module(library_of(module, device)["path"])
+    function = getattr(extension, name, None)
+    if function is None:
+        raise ImportError(
+            f"{library_of(module, device)['path']} has no `{name}` "
+            f"(needed by {binding['contract']})"
+        )
+    return function
