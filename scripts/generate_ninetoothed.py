@@ -1,11 +1,14 @@
 """Generate the ahead-of-time NineToothed kernels (slot 9).
 
     python scripts/generate_ninetoothed.py --source-dir . --output-dir DIR \
-        [--ops rms_norm] [--limit N] [--arch 90] [--no-compile]
+        [--ops rms_norm,gemm,...] [--limit N] [--arch 90] [--no-compile]
 
 Writes each variant's Triton source, its cubin for `--arch` (compiled with
 Triton's bundled `ptxas`, no GPU needed) and `manifest.json` into DIR (see
-`infini.ops.ninetoothed.aot`). `--limit` keeps the first N variants (CI).
+`infini.ops.ninetoothed.aot`). `--ops` names kernels of `aot.VARIANTS`
+(`rms_norm`, `elementwise`, `softmax`, `causal_softmax`, `rotary_embedding`,
+`gemm`, `scaled_dot_product_attention`; default: all of them, `rms_norm`
+first); `--limit` keeps the first N variants (CI).
 Exits 0 after printing that loading the cubins needs `libcuda` when the
 machine has none: generation is complete, linking is for a GPU machine.
 """
@@ -21,7 +24,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--source-dir", type=Path, default=Path("."))
     parser.add_argument("--output-dir", type=Path, required=True)
-    parser.add_argument("--ops", default="rms_norm")
+    parser.add_argument("--ops", default="all")
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--arch", type=int, default=90)
     parser.add_argument("--no-compile", action="store_true")
@@ -31,6 +34,8 @@ def main(argv=None) -> int:
     from infini.ops.ninetoothed import aot
 
     names = [name for name in arguments.ops.replace(";", ",").split(",") if name]
+    if names == ["all"]:
+        names = list(aot.VARIANTS)
     unknown = [name for name in names if name not in aot.VARIANTS]
     if unknown:
         raise ValueError(f"unsupported NineToothed ops: {', '.join(unknown)}")
