@@ -575,3 +575,116 @@ def test_command_line_reports_errors(tmp_path, monkeypatch, capsys):
     # Another operator's allowlist leaves the provider unresolved.
     monkeypatch.setenv("INFINI_OPS_OPS", "silu_and_mul")
     assert resolve_linked.main(["--source-dir", str(source), "--devices", "cpu"]) == 0
+
+
+CACHE_WRITE_SCHEMA = """\
+library: vllm
+operator_schema: >-
+  _C::cpu_attn_reshape_and_cache(Tensor key, Tensor value,
+  Tensor(a2!) key_cache, Tensor(a3!) value_cache, Tensor slot_mapping,
+  str isa, float k_scale=1., float v_scale=1., str kv_cache_dtype="auto")
+  -> ()
+dispatch_key: CompositeImplicitAutograd
+"""
+
+
+@needs_vllm
+def test_operator_registered_without_a_dispatch_key(tree):
+    """vLLM's CPU attention registers catch-all kernels (no dispatch key):
+    their contracts name CompositeImplicitAutograd, and naming the CPU key
+    fails with a message that says so."""
+    tree.library("vllm", VLLM_LIBRARY)
+    tree.binding("paged_caching_infinilm", CACHE_WRITE_SCHEMA)
+    (binding,) = tree.resolve()["bindings"]
+    assert binding["dispatch_key"] == "CompositeImplicitAutograd"
+    tree.binding(
+        "paged_caching_infinilm",
+        CACHE_WRITE_SCHEMA.replace("CompositeImplicitAutograd", "CPU"),
+    )
+    with pytest.raises(
+        ResolutionError,
+        match="has no kernel for dispatch key CPU \\(it is registered without a "
+        "dispatch key, as CompositeImplicitAutograd: name that key\\)",
+    ):
+        tree.resolve()
+
+
+def test_repository_schemas_parse():
+    """Every `operator_schema` in the repository, for every device, is a
+    schema torch parses (whether or not its library is installed here), and
+    names a dispatch key torch knows."""
+    torch = pytest.importorskip("torch")
+    from build_model import PLATFORMS
+
+    _, bindings = resolve_linked.scan_contracts(REPOSITORY, PLATFORMS)
+    schemas = [b for b in bindings if b.operator_schema]
+    assert {b.device for b in schemas} >= {"cpu", "nvidia"}
+    for binding in schemas:
+        parsed = torch._C.parse_schema(binding.operator_schema)
+        assert (
+            str(parsed).partition("(")[0] == binding.operator_schema.partition("(")[0]
+        ), binding.path
+        torch._C._dispatch_key_parse(binding.dispatch_key)
+
+
+def test_repository_symbols_are_demangled_signatures():
+    """`required_symbols` of `torch`-transport contracts are demangled C++
+    signatures (they take `at::Tensor`); those of `c` contracts plain C
+    names."""
+    from build_model import PLATFORMS
+
+    _, bindings = resolve_linked.scan_contracts(REPOSITORY, PLATFORMS)
+    for binding in bindings:
+        for symbol in binding.required_symbols or ():
+            if binding.transport == "torch":
+                assert symbol.count("(") == 1 and symbol.endswith(")"), symbol
+                assert "at::Tensor" in symbol, symbol
+            else:
+                assert symbol.isidentifier(), symbol
+
+
+@pytest.mark.parametrize(
+    "devices, ops, message",
+    [
+        (
+            "nvidia",
+            "gptq_marlin_repack",
+            "src/infini/ops/linked/torch/nvidia/vllm.yaml: Python distribution "
+            "package 'vllm' required by src/infini/ops/linked/torch/nvidia/ops/"
+            "gptq_marlin_repack/vllm.yaml is not installed",
+        ),
+        (
+            "nvidia",
+            "grouped_topk",
+            "src/infini/ops/linked/torch/nvidia/vllm_moe.yaml: Python distribution "
+            "package 'vllm' required by",
+        ),
+        (
+            "nvidia",
+            "flash_attn_with_kvcache",
+            "src/infini/ops/linked/torch/nvidia/flash_attn.yaml: Python distribution "
+            "package 'flash-attn' required by",
+        ),
+        (
+            "cambricon",
+            "rms_norm",
+            "src/infini/ops/linked/torch/cambricon/apex_fused_layer_norm.yaml: Python "
+            "distribution package 'apex' required by",
+        ),
+    ],
+)
+def test_repository_providers_of_other_platforms(
+    devices, ops, message, monkeypatch, capsys
+):
+    """The original's NVIDIA and Cambricon contracts: selected without their
+    package installed, the resolution fails with the contract's message; not
+    selected, they need nothing."""
+    for package in ("vllm", "flash-attn", "apex"):
+        if _installed(package):
+            pytest.skip(f"{package} is installed")
+    monkeypatch.delenv("INFINI_OPS_OPS", raising=False)
+    arguments = ["--source-dir", str(REPOSITORY), "--devices", devices]
+    assert resolve_linked.main([*arguments, "--ops", ops]) == 1
+    assert f"error: {message}" in capsys.readouterr().err
+    assert resolve_linked.main([*arguments, "--ops", "gemm"]) == 0
+    assert json.loads(capsys.readouterr().out)["bindings"] == []
