@@ -89,6 +89,29 @@ def main() -> None:
     cases["`silu_and_mul` (4, 8192) -> (4, 4096) fp32, slot 0"] = lambda: (
         infini.ops.silu_and_mul(gated, out, implementation_index=0)
     )
+    # The kernels of a decoder layer beyond the elementwise ones.
+    activations, weight_t = torch.randn(4, 4096), torch.randn(4096, 4096).t()
+    product = torch.empty(4, 4096)
+    cases["`gemm` (4, 4096) x (4096, 4096)^T fp32, slot 9"] = lambda: infini.ops.gemm(
+        activations, weight_t, product, implementation_index=9
+    )
+    positions = torch.arange(4)
+    query, key = torch.randn(4, 32 * 128), torch.randn(4, 8 * 128)
+    cos_sin = torch.randn(64, 128)
+    for slot in (0, 9):
+        cases[f"`rotary_embedding` 4 tokens, 32+8 heads of 128, slot {slot}"] = (
+            lambda slot=slot: infini.ops.rotary_embedding(
+                positions, query, key, cos_sin, 128, True, implementation_index=slot
+            )
+        )
+    q = torch.randn(1, 32, 4, 128)
+    k, v = torch.randn(1, 8, 64, 128), torch.randn(1, 8, 64, 128)
+    attended = torch.empty(1, 32, 4, 128)
+    cases["`scaled_dot_product_attention` GQA 32/8 heads, 4 x 64, slot 9"] = lambda: (
+        infini.ops.scaled_dot_product_attention(
+            q, k, v, None, 0.0, False, None, True, attended, implementation_index=9
+        )
+    )
     # The machine's speed at the time: the small torch call that
     # `benchmarks/results/host_overhead.md` measures (0.8 µs on an idle
     # machine of this type).
@@ -117,6 +140,50 @@ def main() -> None:
         cases[f"`rms_norm` slot {slot}: the implementation's `launch` only"] = (
             lambda operator=operator: operator.launch(0, x, w, out)
         )
+    from infini.ops.ninetoothed.ops.gemm import NineToothedGemm
+    from infini.ops.ninetoothed.ops.scaled_dot_product_attention import (
+        NineToothedScaledDotProductAttention,
+    )
+
+    gemm = NineToothedGemm(
+        Arguments(
+            {
+                "a": meta(activations),
+                "b": meta(weight_t),
+                "y": meta(product),
+                "c": None,
+                "alpha": None,
+                "beta": None,
+                "trans_a": None,
+                "trans_b": None,
+            },
+            nvidia,
+            0,
+        )
+    )
+    cases["`gemm` slot 9: the implementation's `launch` only"] = lambda: gemm.launch(
+        0, activations, weight_t, None, product
+    )
+    attention = NineToothedScaledDotProductAttention(
+        Arguments(
+            {
+                "query": meta(q),
+                "key": meta(k),
+                "value": meta(v),
+                "out": meta(attended),
+                "attn_mask": None,
+                "dropout_p": 0.0,
+                "is_causal": False,
+                "scale": None,
+                "enable_gqa": True,
+            },
+            nvidia,
+            0,
+        )
+    )
+    cases[
+        "`scaled_dot_product_attention` slot 9: the implementation's `launch` only"
+    ] = lambda: attention.launch(0, q, k, v, None, attended)
     for function in cases.values():
         function()  # builds and caches the operator (and generates slot 9)
     results = {

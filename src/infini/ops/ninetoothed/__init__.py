@@ -18,9 +18,13 @@ implementation class. What they share:
 - `elementwise.py` and `rows.py`: the arrangements shared by elementwise
   operators (flattened blocks) and by row operators (one row per program,
   walked in blocks), with their planning;
-- `aot.py`: the ahead-of-time variants (`scripts/generate_ninetoothed.py`).
+- `aot.py`: the ahead-of-time default instantiations of every kernel
+  (`scripts/generate_ninetoothed.py`).
 
 Operators: `rms_norm`, `add`, `mul`, `silu`, `swiglu`, `silu_and_mul`,
-`gelu`, `softmax`, `causal_softmax`. Each accepts everything its base
-accepts (no argument is refused at slot 9 that another slot takes).
+`gelu`, `softmax`, `causal_softmax`, `rotary_embedding`, `gemm`,
+`scaled_dot_product_attention`. Each accepts everything its base accepts,
+except what `scaled_dot_product_attention` refuses at slot 9 with a
+`ValueError` before any write: ``dropout_p > 0``, ``E = 0`` and key and
+value head groups that do not divide one another.
 """
