@@ -33,6 +33,7 @@ from collections.abc import Callable
 
 from . import tracing
 from .config import parse_config
+from .custom_ops import attach_traceable
 from .devices import DeviceMap
 from .errors import OperatorError, describe_value
 from .geometry import written_geometry_problem
@@ -290,6 +291,9 @@ class OperatorEntry:
         # Filled with the overloads (`bound_overloads`) on the first call.
         self._by_arity: dict[int, tuple[BoundOverload, tuple]] = {}
         self._base: type[Operator] | None = None
+        # The `torch.library` custom ops of the overloads, once registered
+        # (`custom_ops.register`).
+        self.custom_ops: tuple | None = None
 
     # -- lazily prepared state -------------------------------------------------
 
@@ -364,11 +368,28 @@ class OperatorEntry:
                 return self._call_with_config(
                     args, kwargs, stream, implementation_index, config
                 )
+        bound, values = self._resolve(args, kwargs)
+        return self.call_bound(bound, values, stream, implementation_index)
+
+    def call_bound(
+        self,
+        bound: BoundOverload,
+        values: tuple,
+        stream,
+        implementation_index,
+        config: dict | None = None,
+    ) -> None:
+        """A call of the overload `bound` with `values` in its parameter
+        order, missing none (the custom ops' kernel, `custom_ops`)."""
+        if config is not None:
+            config = parse_config(config)
+            operator = self._build(bound, values, implementation_index, config)
+            bound.run(operator, stream, values)
+            return None
         try:
             cache = self._local.cache
         except AttributeError:
             cache = self._local.cache = {}
-        bound, values = self._resolve(args, kwargs)
         try:
             key = bound.key(values, implementation_index)
             operator = cache.get(key)
@@ -660,6 +681,8 @@ def make_function(entry: OperatorEntry) -> Callable:
 
     function.__name__ = function.__qualname__ = entry.name
     function.__module__ = "infini.ops"
+    # `torch.compile` traces a custom op call instead (`custom_ops`).
+    attach_traceable(function, entry)
     function.__doc__ = _signature_doc(entry)
     return function
 
