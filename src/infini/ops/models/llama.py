@@ -172,6 +172,10 @@ class LlamaModel:
     - `max_seq_len`: the longest sequence (prompt plus output) a sequence may
       reach; `num_blocks` defaults to enough blocks for `max_seqs` such
       sequences.
+    - `compile`: run `forward` under ``torch.compile(fullgraph=True,
+      dynamic=True)``; True uses the default backend (Inductor), a string
+      names another (``"aot_eager"``). Every operator call is then a node of
+      the graph (a `torch.ops.infini` custom op); the tokens are the same.
     """
 
     def __init__(
@@ -184,6 +188,7 @@ class LlamaModel:
         max_seq_len: int = 2048,
         block_size: int = 16,
         num_blocks: int | None = None,
+        compile: bool | str = False,
     ) -> None:
         if isinstance(dtype, str):
             if dtype not in DTYPES:
@@ -281,6 +286,15 @@ class LlamaModel:
         self.last_hidden = torch.empty((max_seqs, hidden), dtype=dtype)
         self.logits = torch.empty((max_seqs, config.vocab_size), dtype=dtype)
         self._all_logits = None
+        if compile:
+            # The step counts are symbolic (`dynamic`), so one graph serves
+            # every step shape beyond the 0 and 1 Dynamo specialises on.
+            self.forward = torch.compile(
+                self.forward,
+                backend="inductor" if compile is True else compile,
+                fullgraph=True,
+                dynamic=True,
+            )
 
     def weight_bytes_per_token(self) -> int:
         """Bytes of weights one decode step reads (every matrix and norm
