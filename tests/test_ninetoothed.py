@@ -344,6 +344,11 @@ def test_attention_refuses_at_slot_nine_what_it_does_not_support():
             )
         assert "slot 9" in str(error.value) and words in str(error.value)
         assert torch.equal(target, torch.full_like(target, 7.0))
+    # Everything dropped draws nothing: zeros, as at every slot.
+    infini.ops.scaled_dot_product_attention(
+        query, key, key, None, 1.0, False, None, True, out, implementation_index=9
+    )
+    assert torch.equal(out, torch.zeros_like(out))
 
 
 def _rope_reference(positions, tensor, cache, head_size, neox, offset=0, inverse=False):

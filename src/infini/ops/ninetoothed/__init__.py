@@ -25,6 +25,6 @@ Operators: `rms_norm`, `add`, `mul`, `silu`, `swiglu`, `silu_and_mul`,
 `gelu`, `softmax`, `causal_softmax`, `rotary_embedding`, `gemm`,
 `scaled_dot_product_attention`. Each accepts everything its base accepts,
 except what `scaled_dot_product_attention` refuses at slot 9 with a
-`ValueError` before any write: ``dropout_p > 0``, ``E = 0`` and key and
+`ValueError` before any write: ``0 < dropout_p < 1``, ``E = 0`` and key and
 value head groups that do not divide one another.
 """

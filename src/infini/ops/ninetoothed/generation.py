@@ -15,8 +15,9 @@ What we change in the generated source, and why:
 - Block sizes are plain integers in our arrangements, never `block_size()`
   meta-symbols, so no auto-tuning code is generated and NineToothed never
   asks a driver for device properties (which fails on a machine without a
-  GPU and under Triton's interpreter). `_OfflineCodeGenerator` fills in the
-  limits the auto-tuner would have read.
+  GPU and under Triton's interpreter). `_offline_code_generator` fills in
+  the limits the auto-tuner would have read, and generates neither the
+  auto-tuner nor NineToothed's torch launcher, which we drop.
 - The kernel's parameters are reordered: each tensor's pointer, sizes and
   strides in the order the arrangement lists the tensors, then the
   `tl.constexpr` parameters, which the launch runtime expects last.
@@ -137,16 +138,16 @@ def _offline_code_generator():
             )
 
         def _generate_autotune(self, params, meta):
-            # Nothing to tune without meta-parameters, and the bounds it
-            # would check need an upper bound for every size a tile takes
-            # whole (a ``-1`` tile), which our sizes do not declare.
+            # Nothing to tune without meta-parameters (our blocks are
+            # integers; the bounds it would check need declared upper
+            # bounds for symbolic tile sizes, which ours do not have).
             if meta:
                 raise ValueError("NineToothed arrangements here take integer blocks")
             return None
 
         def _generate_launch(self, params, meta):
-            # NineToothed's torch launcher is dropped (`_adapt_source`); its
-            # text is not even valid for sizes a tile takes whole.
+            # NineToothed's torch launcher is dropped (`_adapt_source`), so
+            # it is not generated.
             self._generate_grid()  # sets `raw_grid`, which `_generate` reads
             return ast.Pass()
 
@@ -224,11 +225,6 @@ def _adapt_source(source: str, kernel_name: str, specs) -> tuple[str, list]:
         if isinstance(node, ast.FunctionDef) and node.name == kernel_name
     )
     by_name = {argument.arg: argument for argument in function.args.args}
-    # The padded size of a dimension a tile takes whole is a block shape,
-    # so a constexpr (NineToothed's launcher would pass it as one).
-    for name, argument in by_name.items():
-        if argument.annotation is None and _PREFIX.match(name):
-            argument.annotation = ast.parse("triton.language.constexpr").body[0].value
     runtime = [name for name in by_name if by_name[name].annotation is None]
     constexpr = [name for name in by_name if by_name[name].annotation is not None]
 

@@ -22,9 +22,9 @@ softmax), and finally their quotient, 0 for a row with nothing left.
 Triton's interpreter); the result is rounded once when stored.
 
 Not at slot 9 (a `ValueError` naming the operator and slot 9, before any
-write): ``dropout_p > 0`` (the base draws the dropout mask from torch's CPU
-generator), and key and value head counts whose group sizes do not divide
-one another.
+write): ``0 < dropout_p < 1`` (the base draws the dropout mask from torch's
+CPU generator; ``dropout_p == 1`` gives zeros, as at every slot), ``E = 0``,
+and key and value head counts whose group sizes do not divide one another.
 """
 
 from __future__ import annotations
@@ -218,7 +218,7 @@ class NineToothedScaledDotProductAttention(ScaledDotProductAttention):
         require_device(self.name, self.device)
         query, key, value, out = args.query, args.key, args.value, args.out
         mask = args.attn_mask
-        if self.dropout_p > 0:
+        if 0 < self.dropout_p < 1:
             raise self.error(
                 f"`dropout_p` ({self.dropout_p}) must be 0 at slot 9 (NineToothed): "
                 "the dropout mask is drawn from torch's CPU generator; use slot 0 "
@@ -232,7 +232,8 @@ class NineToothedScaledDotProductAttention(ScaledDotProductAttention):
                 "divide one another; use slot 0 or 1."
             )
         self.empty = 0 in out.shape
-        self.zeros = not self.empty and self.S == 0
+        # No keys, or everything dropped (`dropout_p` 1 draws nothing).
+        self.zeros = not self.empty and (self.S == 0 or self.dropout_p == 1)
         if self.E == 0 and not self.empty and not self.zeros:
             raise self.error(
                 "`query` and `key` with no features (E = 0) are not supported at "
