@@ -54,7 +54,8 @@ DTYPES = ("float32", "float16", "bfloat16")
 LINK_UNAVAILABLE = (
     "NineToothed ahead-of-time kernels: sources and cubins were generated, but "
     "loading them (the link step of the original's build) needs `libcuda`, "
-    "which this machine does not have; a GPU machine loads them at run time."
+    "which this machine does not have. (The run-time path does not load them "
+    "yet: a GPU machine compiles each geometry on its first call.)"
 )
 
 
