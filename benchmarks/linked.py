@@ -8,7 +8,7 @@ process, with `torch.set_num_threads` equal to Numba's thread count (vLLM's
 OpenMP kernels use torch's thread count too):
 
     python benchmarks/linked.py [--tokens 1,2048] [--dtypes float32]
-        [--rounds 7] [--write]
+        [--rounds 7] [--operators rms_norm,paged_attention_infinilm] [--write]
 
 `--write` replaces the "Linked providers" section of
 `benchmarks/results/cpu_operators.md`.
@@ -188,6 +188,160 @@ def dequantize_blockwise_8bit(tokens, dtype):
     )
 
 
+# vLLM's CPU attention: blocks of 32 tokens (its `vec` kernels), decode with
+# up to `DECODE_SEQUENCES` sequences of `CONTEXT` cached tokens, prefill of
+# one sequence of `tokens` tokens.
+BLOCK_SIZE = 32
+CONTEXT = 1024
+DECODE_SEQUENCES = 64
+
+
+def _paged_caches(sequences, context, dtype):
+    """Caches in vLLM's CPU layout holding `sequences` sequences of `context`
+    tokens in shuffled blocks, and their block tables."""
+    from infini.ops.linked.torch.vllm_cpu_attention import key_cache
+
+    per_sequence = context // BLOCK_SIZE
+    blocks = sequences * per_sequence
+    k_cache = key_cache(blocks, KV_HEADS, BLOCK_SIZE, HEAD_SIZE, dtype)
+    k_cache.copy_(torch.randn(k_cache.shape))
+    v_cache = torch.randn(blocks, KV_HEADS, BLOCK_SIZE, HEAD_SIZE).to(dtype)
+    tables = torch.randperm(blocks).int().view(sequences, per_sequence)
+    return k_cache, v_cache, tables
+
+
+def _gathered(cache, tables):
+    """A sequence's cached keys or values ``(seqs, kv_heads, tokens,
+    head_size)``, gathered from its blocks (what eager PyTorch must do)."""
+    blocks = cache[tables.long()]
+    return blocks.permute(0, 2, 1, 3, 4).flatten(2, 3)
+
+
+def paged_caching_infinilm(tokens, dtype):
+    blocks = -(-tokens // BLOCK_SIZE) * 2
+    k = torch.randn(tokens, KV_HEADS, HEAD_SIZE, dtype=dtype)
+    v = torch.randn(tokens, KV_HEADS, HEAD_SIZE, dtype=dtype)
+    k_cache, v_cache, _ = _paged_caches(1, blocks * BLOCK_SIZE, dtype)
+    slots = torch.randperm(blocks * BLOCK_SIZE)[:tokens]
+    block, offset = slots // BLOCK_SIZE, slots % BLOCK_SIZE
+
+    def eager():
+        k_cache[block, :, offset] = k
+        v_cache[block, :, offset] = v
+
+    return (
+        f"{tokens} tokens, {KV_HEADS}x{HEAD_SIZE}",
+        lambda slot: infini.ops.paged_caching_infinilm(
+            k, v, slots, k_cache, v_cache, implementation_index=slot
+        ),
+        eager,
+        2 * nbytes(k, v) + nbytes(slots),
+    )
+
+
+def reshape_and_cache_flash(tokens, dtype):
+    blocks = -(-tokens // BLOCK_SIZE) * 2
+    key = torch.randn(tokens, KV_HEADS, HEAD_SIZE, dtype=dtype)
+    value = torch.randn(tokens, KV_HEADS, HEAD_SIZE, dtype=dtype)
+    k_cache, v_cache, _ = _paged_caches(1, blocks * BLOCK_SIZE, dtype)
+    key_cache, value_cache = k_cache.transpose(1, 2), v_cache.transpose(1, 2)
+    slots = torch.randperm(blocks * BLOCK_SIZE)[:tokens]
+    block, offset = slots // BLOCK_SIZE, slots % BLOCK_SIZE
+    scale = torch.ones(1)
+
+    def eager():
+        key_cache[block, offset] = key
+        value_cache[block, offset] = value
+
+    return (
+        f"{tokens} tokens, {KV_HEADS}x{HEAD_SIZE}",
+        lambda slot: infini.ops.reshape_and_cache_flash(
+            key,
+            value,
+            slots,
+            scale,
+            scale,
+            "auto",
+            key_cache,
+            value_cache,
+            implementation_index=slot,
+        ),  # fmt: skip
+        eager,
+        2 * nbytes(key, value) + nbytes(slots),
+    )
+
+
+def paged_attention_infinilm(tokens, dtype):
+    """Decode: `min(tokens, DECODE_SEQUENCES)` sequences of `CONTEXT` tokens."""
+    sequences = min(tokens, DECODE_SEQUENCES)
+    k_cache, v_cache, tables = _paged_caches(sequences, CONTEXT, dtype)
+    lengths = torch.full((sequences,), CONTEXT, dtype=torch.int32)
+    q = torch.randn(sequences, HEADS, HEAD_SIZE, dtype=dtype)
+    out = torch.empty_like(q)
+    scale = HEAD_SIZE**-0.5
+
+    def eager():
+        keys, values = _gathered(k_cache, tables), _gathered(v_cache, tables)
+        F.scaled_dot_product_attention(
+            q[:, :, None], keys, values, scale=scale, enable_gqa=True
+        )
+
+    return (
+        f"{sequences} seqs x {CONTEXT} cached, {HEADS}/{KV_HEADS} heads",
+        lambda slot: infini.ops.paged_attention_infinilm(
+            q,
+            k_cache,
+            v_cache,
+            tables,
+            lengths,
+            None,
+            scale,
+            out,
+            implementation_index=slot,
+        ),  # fmt: skip
+        eager,
+        nbytes(q, out)
+        + 2 * sequences * CONTEXT * KV_HEADS * HEAD_SIZE * dtype.itemsize,
+    )
+
+
+def paged_attention_prefill_infinilm(tokens, dtype):
+    """Prefill: one sequence of `tokens` new tokens (its whole context)."""
+    context = -(-tokens // BLOCK_SIZE) * BLOCK_SIZE
+    k_cache, v_cache, tables = _paged_caches(1, context, dtype)
+    lengths = torch.tensor([tokens], dtype=torch.int32)
+    cum = torch.tensor([0, tokens], dtype=torch.int32)
+    q = torch.randn(tokens, HEADS, HEAD_SIZE, dtype=dtype)
+    out = torch.empty_like(q)
+    scale = HEAD_SIZE**-0.5
+
+    def eager():
+        keys = _gathered(k_cache, tables)[:, :, :tokens]
+        values = _gathered(v_cache, tables)[:, :, :tokens]
+        F.scaled_dot_product_attention(
+            q.transpose(0, 1)[None], keys, values, is_causal=True, scale=scale,
+            enable_gqa=True,
+        )  # fmt: skip
+
+    return (
+        f"{tokens} tokens, {HEADS}/{KV_HEADS} heads",
+        lambda slot: infini.ops.paged_attention_prefill_infinilm(
+            q,
+            k_cache,
+            v_cache,
+            tables,
+            lengths,
+            cum,
+            None,
+            scale,
+            out,
+            implementation_index=slot,
+        ),  # fmt: skip
+        eager,
+        nbytes(q, out) + 2 * tokens * KV_HEADS * HEAD_SIZE * dtype.itemsize,
+    )
+
+
 CASES = {
     "rms_norm": rms_norm,
     "fused_add_rms_norm": fused_add_rms_norm,
@@ -195,6 +349,10 @@ CASES = {
     "rotary_embedding": rotary_embedding,
     "dequantize_nf4": dequantize_nf4,
     "dequantize_blockwise_8bit": dequantize_blockwise_8bit,
+    "paged_caching_infinilm": paged_caching_infinilm,
+    "reshape_and_cache_flash": reshape_and_cache_flash,
+    "paged_attention_infinilm": paged_attention_infinilm,
+    "paged_attention_prefill_infinilm": paged_attention_prefill_infinilm,
 }
 
 
@@ -221,17 +379,19 @@ def time_three(functions: list[Callable], rounds: int) -> list[float]:
     return best
 
 
-def linked_bindings() -> list[dict]:
+def linked_bindings(operators=None) -> list[dict]:
     return [
         b
         for b in load_manifest().get("linked", {}).get("bindings", ())
-        if b["device"] == "cpu" and b["operator"] in CASES
+        if b["device"] == "cpu"
+        and b["operator"] in CASES
+        and (not operators or b["operator"] in operators)
     ]
 
 
-def run(tokens_list, dtypes, rounds) -> list[dict]:
+def run(tokens_list, dtypes, rounds, operators=None) -> list[dict]:
     rows = []
-    for binding in linked_bindings():
+    for binding in linked_bindings(operators):
         name, slot = binding["operator"], binding["slot"]
         for dtype in dtypes:
             for tokens in tokens_list:
@@ -327,6 +487,7 @@ def main() -> None:
     parser.add_argument("--tokens", default=",".join(map(str, TOKENS)))
     parser.add_argument("--dtypes", default="float32,bfloat16")
     parser.add_argument("--rounds", type=int, default=25)
+    parser.add_argument("--operators", help="only these, comma separated")
     parser.add_argument("--write", action="store_true")
     arguments = parser.parse_args()
     threads = numba.get_num_threads()
@@ -337,6 +498,7 @@ def main() -> None:
         [int(t) for t in arguments.tokens.split(",")],
         [getattr(torch, d) for d in arguments.dtypes.split(",")],
         arguments.rounds,
+        arguments.operators.split(",") if arguments.operators else None,
     )
     section = markdown(rows, threads, arguments.rounds)
     print(section)
