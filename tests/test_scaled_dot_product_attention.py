@@ -151,6 +151,10 @@ def test_scaled_dot_product_attention_short_overload(device, implementation_inde
 def test_scaled_dot_product_attention_dropout_matches_torch_with_the_same_seed(
     length, causal, dtype, device, implementation_index
 ):
+    if implementation_index == 9:
+        # The mask comes from torch's generator on the host; NineToothed's
+        # kernel refuses 0 < dropout_p < 1 (tests/test_ninetoothed.py).
+        pytest.skip("slot 9 refuses 0 < dropout_p < 1")
     query = torch.randn(2, 4, length, 32, dtype=dtype, device=device)
     key = torch.randn(2, 2, length + 3, 32, dtype=dtype, device=device)
     value = torch.randn(2, 2, length + 3, 32, dtype=dtype, device=device)
