@@ -14,14 +14,40 @@ def _run(weight, x, quant_type, row, out, implementation_index):
 
 
 @pytest.mark.parametrize("quant_type", TYPES)
-def test_ggml_mul_mat_a8(quant_type, device, implementation_index):
-    # Prefill: many tokens, rows not a multiple of the row tile.
+@pytest.mark.parametrize("tokens", (5, 16, 33))
+def test_ggml_mul_mat_a8(quant_type, tokens, device, implementation_index):
+    # Prefill: tokens below and from the CPU's switch to the tiled (BLAS)
+    # path (`TILED_MIN_TOKENS`, 16); rows not a multiple of the integer
+    # kernels' row tile.
     cols = 256
     weight = blocks(quant_type, 21, cols, seed=quant_type)
-    x = torch.randn(33, cols)
-    out = torch.full((33, 21), float("nan"), device=device)
+    x = torch.randn(tokens, cols)
+    out = torch.full((tokens, 21), float("nan"), device=device)
     _run(weight.to(device), x.to(device), quant_type, 21, out, implementation_index)
     check_product(out, x, dequantized(weight, quant_type))
+
+
+@pytest.mark.parametrize("quant_type", (2, 8, 12))
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_ggml_mul_mat_a8_many_tokens(quant_type, dtype, device, implementation_index):
+    # Many tokens and more weight rows than one panel of the CPU's tiled
+    # path (2 MiB of float32 rows: 2048 at 256 columns), the last panel
+    # partial; strided output rows, `row` below the weight's rows.
+    rows, cols, tokens = 2100, 256, 130
+    weight = blocks(quant_type, rows, cols, seed=5)
+    x = torch.randn(tokens, cols).to(dtype)
+    x[7, 32:64] = 0
+    out = torch.full((tokens, rows + 3), float("nan"), dtype=dtype, device=device)
+    _run(
+        weight.to(device),
+        x.to(device),
+        quant_type,
+        rows - 1,
+        out[:, : rows - 1],
+        implementation_index,
+    )
+    check_product(out[:, : rows - 1], x, dequantized(weight[:-1], quant_type))
+    assert torch.isnan(out[:, rows - 1 :]).all()
 
 
 @pytest.mark.parametrize("quant_type", (3, 8, 12, 14))

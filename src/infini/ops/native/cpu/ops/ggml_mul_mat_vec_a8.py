@@ -1,19 +1,21 @@
-"""CPU `ggml_mul_mat_vec_a8` (slot 0): activations quantised once per call into the
-plan's scratch, then integer dot products straight from the packed blocks,
-parallel over tiles of output rows (`infini.ops.native.cpu.ggml`)."""
+"""CPU `ggml_mul_mat_vec_a8` (slot 0): the activations quantised to 8 bits once per
+call, then, below `TILED_MIN_TOKENS` tokens, integer dot products straight
+from the packed blocks, parallel over tiles of output rows; from it, float32
+BLAS over panels of the weight dequantised into a cache-sized scratch
+(`infini.ops.native.cpu.ggml`)."""
 
 from __future__ import annotations
 
 from infini.ops.base.ggml_mul_mat_vec_a8 import GgmlMulMatVecA8
 from infini.ops.core.registry import implementation
-from infini.ops.native.cpu.ggml import ProductPlan, precompile_product
+from infini.ops.native.cpu.ggml import precompile_product, product_plan
 
 
 @implementation(operator="ggml_mul_mat_vec_a8", devices=("cpu",), slot=0)
 class CpuGgmlMulMatVecA8(GgmlMulMatVecA8):
     def __init__(self, args) -> None:
         super().__init__(args)
-        self.plan = ProductPlan(
+        self.plan = product_plan(
             args.quant_type, args.weight, args.x, args.out, self.rows
         )
         self.launch_plan = self.plan.launch
@@ -23,6 +25,6 @@ class CpuGgmlMulMatVecA8(GgmlMulMatVecA8):
 
     @classmethod
     def precompile(cls) -> int:
-        """Compiles the serial and parallel kernels of each supported type
-        and activation dtype."""
+        """Compiles the serial and parallel integer kernels and the tiled
+        path's kernels of each supported type and activation dtype."""
         return precompile_product("ggml_mul_mat_vec_a8")
