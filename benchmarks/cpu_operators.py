@@ -8,9 +8,10 @@ equal to Numba's thread count. Writes a markdown table (speed-up, GB/s next to
 the machine's copy bandwidth) and a PNG of the speed-up per operator:
 
     python benchmarks/cpu_operators.py [--ops add,rms_norm] [--tokens 1,2048]
-        [--dtypes float32] [--rounds 7] [--write]
+        [--dtypes float32] [--rounds 7] [--write] [--name cpu_operators]
 
-`--write` replaces `benchmarks/results/cpu_operators.{md,png}`.
+`--write` replaces `benchmarks/results/<name>.{md,png}` (`cpu_operators` by
+default; another name keeps a subset, such as issue 16's operators, apart).
 """
 
 from __future__ import annotations
@@ -336,6 +337,7 @@ def main() -> None:
     parser.add_argument("--dtypes", help="comma-separated dtype names")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--write", action="store_true")
+    parser.add_argument("--name", default="cpu_operators", help="results file name")
     options = parser.parse_args()
 
     threads = numba.get_num_threads()
@@ -356,9 +358,9 @@ def main() -> None:
     print("\n".join(summary(rows, bandwidth)))
     if options.write:
         RESULTS.mkdir(exist_ok=True)
-        (RESULTS / "cpu_operators.md").write_text(text, encoding="utf-8")
-        plot(rows, RESULTS / "cpu_operators.png")
-        print(f"wrote {RESULTS / 'cpu_operators.md'} and cpu_operators.png")
+        (RESULTS / f"{options.name}.md").write_text(text, encoding="utf-8")
+        plot(rows, RESULTS / f"{options.name}.png")
+        print(f"wrote {RESULTS / options.name}.md and {options.name}.png")
 
 
 if __name__ == "__main__":
