@@ -20,9 +20,12 @@ class GgmlMulMatA8(Operator):
       llama.cpp's Q8_1: ``d = absmax / 127`` per block of 32 values, codes
       ``round(x / d)`` with halves away from zero, block sums for the
       formats with a minimum) and the exact integer dot products per block.
-    - The kernels are shared with `ggml_mul_mat_vec_a8`: output rows are
-      computed in tiles of 8 whose packed weight rows stay in the L1 cache
-      while every token's codes pass over them.
+    - The result is the exact product of the quantised activations with the
+      dequantised weight up to float32 rounding, however it is computed: the
+      CPU implementation takes the integer kernels of `ggml_mul_mat_vec_a8`
+      for few tokens and, from 16 tokens, float32 BLAS over cache-sized
+      panels of weight rows dequantised on the fly (never a full float32
+      copy of the weight).
     """
 
     name = "ggml_mul_mat_a8"

@@ -14,6 +14,11 @@ instructions the host has (`vpdpbusd` with AVX-VNNI, `vpmaddwd` with AVX2,
 `sdot`/`smull` on AArch64); plain Numba loops of 16 or 32 iterations are
 unrolled before the vectoriser sees them and stay scalar. Only the block's
 float32 factors and the running sum are scalar work.
+
+From `TILED_MIN_TOKENS` tokens a product is float32 BLAS instead
+(`TiledProductPlan`): the quantised activations ``d * q`` as a float32
+matrix, times panels of weight rows dequantised (with the same vector IR as
+`ggml_dequantize`) into a scratch buffer that stays in the cache.
 """
 
 from __future__ import annotations
