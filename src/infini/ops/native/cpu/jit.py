@@ -20,6 +20,7 @@ import os
 import shutil
 import sys
 import tempfile
+import types
 from functools import cache
 from pathlib import Path
 
@@ -123,15 +124,40 @@ if _KernelCacheLocator not in caching.CacheImpl._locator_classes:
     caching.CacheImpl._locator_classes.insert(0, _KernelCacheLocator)
 
 
-def _stable_identity(value) -> object:
-    """A process-independent description of a closure variable."""
+def _stable_identity(value, depth: int = 0) -> object:
+    """A process-independent description of a closure variable.
+
+    Functions made by a factory share their qualified name, so a captured
+    function is described by its name, its code and (recursively) what it
+    captures itself: two kernels capturing different helpers of one
+    factory must not share a cache entry."""
     if isinstance(value, Dispatcher):
         value = value.py_func
+    # A Numba intrinsic: its identity is the function that defines it.
+    definition = getattr(value, "_defn", None)
+    if isinstance(definition, types.FunctionType):
+        value = definition
+    if isinstance(value, types.FunctionType):
+        captured = ()
+        if depth < 8:
+            captured = tuple(
+                _stable_identity(_cell_contents(cell), depth + 1)
+                for cell in value.__closure__ or ()
+            )
+        code = hashlib.sha256(value.__code__.co_code).hexdigest()[:16]
+        return (value.__module__, value.__qualname__, code, captured)
     if callable(value) and hasattr(value, "__qualname__"):
         return (getattr(value, "__module__", ""), value.__qualname__)
     if isinstance(value, (tuple, list)):
-        return tuple(_stable_identity(item) for item in value)
+        return tuple(_stable_identity(item, depth) for item in value)
     return repr(value)
+
+
+def _cell_contents(cell) -> object:
+    try:
+        return cell.cell_contents
+    except ValueError:  # An empty cell: a name bound after the closure.
+        return None
 
 
 class _StableFunctionCache(caching.FunctionCache):
