@@ -131,3 +131,20 @@ def test_an_uncachable_kernel_warns_instead_of_failing():
         warnings.simplefilter("always")
         assert not dispatcher._cache._impl.check_cachable(compiled)
     assert any(issubclass(w.category, NumbaWarning) for w in caught)
+
+
+def test_helpers_of_one_factory_have_distinct_cache_identities():
+    """Kernels key their on-disk cache on what they capture; two helpers a
+    factory made with different constants share a qualified name, and must
+    still be told apart (else one kernel would load the other's code)."""
+    from infini.ops.native.cpu.jit import _stable_identity, helper
+
+    def make(offset):
+        @helper
+        def shifted(x):
+            return x + offset
+
+        return shifted
+
+    assert _stable_identity(make(1)) != _stable_identity(make(2))
+    assert _stable_identity(make(1)) == _stable_identity(make(1))
