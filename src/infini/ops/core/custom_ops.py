@@ -5,8 +5,10 @@ call inside a compiled function must become one node of the graph: a
 `torch.library` custom op in the namespace ``infini``, one overload per
 operator overload (``torch.ops.infini.rms_norm.overload0``), whose schema
 marks the written tensors as mutated (``Tensor(a0!)``) and which returns
-nothing. Functionalisation then wraps each call in ``auto_functionalized``
-and the compiled graph runs the eager function at run time.
+nothing. Functionalisation wraps each call in ``auto_functionalized``;
+Inductor turns it back into the in-place call on the caller's tensors (no
+copies), and at run time the op's kernel is the eager call. The ops have no
+autograd formula: they serve inference.
 
 Eager calls pay nothing for this: each public function carries a second,
 traceable function in its ``_torchdynamo_inline`` attribute (the attribute
@@ -85,9 +87,9 @@ POSITIONAL, KEYWORD, CONSTANT = 0, 1, 2
 AS_IS, FLAT, LENGTHS = 0, 1, 2
 
 _lock = threading.RLock()
-# Operator name -> the `CustomOpDef`s of its overloads (kept alive: dropping
-# one unregisters it).
-_DEFINITIONS: dict[str, tuple] = {}
+# The `torch.library.Library` fragment of the namespace, made on the first
+# registration and kept alive (dropping it would unregister every op).
+_LIBRARY: list = []
 
 
 def overload_name(index: int) -> str:
@@ -138,32 +140,42 @@ def register(entry) -> tuple:
     `OperatorEntry`) once; returns their `OpOverload`s in overload order."""
     with _lock:
         if entry.custom_ops is None:
-            _DEFINITIONS[entry.name] = tuple(
-                _define(entry, bound) for bound in entry.bound_overloads
-            )
             # Set once all exist: the traceable function reads it after
             # `plan`, and Dynamo reads an attribute once per trace.
             entry.custom_ops = tuple(
-                definition._opoverload for definition in _DEFINITIONS[entry.name]
+                _define(entry, bound) for bound in entry.bound_overloads
             )
         return entry.custom_ops
 
 
 def _define(entry, bound):
+    """Defines the custom op of one overload: the schema (mutated arguments
+    annotated), the eager kernel for every device and a fake kernel. Defined
+    with `torch.library.Library` rather than `torch.library.custom_op`, whose
+    Python autograd and version-counter wrappers cost ~50 us per call."""
     import torch
 
     overload = bound.overload
-    qualified = f"{NAMESPACE}::{entry.name}.{overload_name(bound.index)}"
-    written = [p.name for p in overload.parameters if p.writes]
-    definition = torch.library.custom_op(
-        qualified,
-        _implementation(entry, bound),
-        mutates_args=written,
-        schema=schema(overload, entry.has_triton),
+    name = f"{entry.name}.{overload_name(bound.index)}"
+    library = _library()
+    library.define(
+        name + schema(overload, entry.has_triton),
+        tags=(torch.Tag.pt2_compliant_tag,),
     )
+    library.impl(name, _implementation(entry, bound), "CompositeExplicitAutograd")
     # Outputs are the mutated arguments: the fake kernel computes nothing.
-    definition.register_fake(_no_result)
-    return definition
+    torch.library.register_fake(f"{NAMESPACE}::{name}", _no_result, lib=library)
+    return getattr(getattr(torch.ops, NAMESPACE), entry.name).__getattr__(
+        overload_name(bound.index)
+    )
+
+
+def _library():
+    if not _LIBRARY:
+        import torch
+
+        _LIBRARY.append(torch.library.Library(NAMESPACE, "FRAGMENT"))
+    return _LIBRARY[0]
 
 
 def _no_result(*args, **kwargs) -> None:
