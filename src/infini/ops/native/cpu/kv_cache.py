@@ -162,7 +162,9 @@ def cache_write_kernels(
         if append:
             for b in range(batch):
                 past = np.int64(index[b * index_b])
-                if past < 0 or past + seq > limit:
+                # `past > limit - seq`, not `past + seq > limit`: the sum
+                # wraps for lengths near the int64 maximum (`seq <= limit`).
+                if past < 0 or past > limit - seq:
                     return b
         else:
             for token in range(tokens):
