@@ -187,6 +187,21 @@ def test_compiled_call_writes_its_outputs():
     torch.testing.assert_close(half, expected.to(torch.bfloat16))
 
 
+def test_compiled_call_keeps_the_implementation_index():
+    def add_with(a, b, out, index):
+        ops.add(a, b, out, implementation_index=index)
+
+    compiled = torch.compile(add_with, backend="aot_eager", fullgraph=True)
+    a, b, out = torch.randn(6), torch.randn(6), torch.empty(6)
+    for index in ops.Add.active_implementation_indices("cpu"):
+        out.fill_(0)
+        compiled(a, b, out, index)
+        torch.testing.assert_close(out, a + b)
+    # An inactive slot fails as the eager call does, when the graph runs.
+    with pytest.raises(ValueError, match="`implementation_index` 7 is not active"):
+        compiled(a, b, out, 7)
+
+
 def test_compiled_nested_int_lists_and_tensor_lists():
     """`list[list[int]]` travels flattened; `list[Tensor]` as `Tensor[]`."""
 
