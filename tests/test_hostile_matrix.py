@@ -146,6 +146,16 @@ def _tensor_positions(operator, args):
     ]
 
 
+def _list_positions(operator, args):
+    """(position, name) of every non-empty tensor list argument."""
+    parameters = _parameters(operator, args)
+    return [
+        (i, parameters[i].name)
+        for i, value in enumerate(args)
+        if isinstance(value, list) and value and isinstance(value[0], torch.Tensor)
+    ]
+
+
 def _scalar_positions(operator, args):
     """(position, name) of every scalar argument (int, float, bool, str,
     dtype, list of ints)."""
@@ -198,19 +208,18 @@ def _self_overlapping(tensor):
     return torch.full((span,), 7, dtype=tensor.dtype).as_strided(tensor.shape, strides)
 
 
-def _sharing(first, second):
-    """`first` and `second` re-made as views of one buffer from one
-    address."""
-    nbytes = max(
-        first.numel() * first.element_size(), second.numel() * second.element_size()
-    )
-    buffer = torch.full((nbytes,), 7, dtype=torch.uint8)
+def _sharing(first, second, offset=0):
+    """`first` and `second` re-made as contiguous views of one buffer,
+    `second` starting `offset` bytes after `first`."""
+    size_first = first.numel() * first.element_size()
+    size_second = second.numel() * second.element_size()
+    buffer = torch.full((max(size_first, offset + size_second),), 7, dtype=torch.uint8)
 
-    def view(like):
+    def view(like, start):
         size = like.numel() * like.element_size()
-        return buffer[:size].view(like.dtype).view(like.shape)
+        return buffer[start : start + size].view(like.dtype).view(like.shape)
 
-    return view(first), view(second)
+    return view(first, 0), view(second, offset)
 
 
 # Not active, negative, past the slot limit, or not an int.
@@ -251,6 +260,16 @@ def _cases(operator, mutation, call):
                 continue
             changed = _replaced(args, position, change(args[position]))
             cases.append((name, changed, name if names_parameter else None, None))
+        # The first tensor of each tensor list.
+        for position, name in _list_positions(operator, args):
+            if _accepted(call, mutation, name):
+                continue
+            items = list(args[position])
+            items[0] = change(items[0])
+            changed = _replaced(args, position, items)
+            cases.append(
+                (f"{name}[0]", changed, name if names_parameter else None, None)
+            )
     elif mutation == "non_scalar":
         for position, name in _scalar_positions(operator, args):
             cases.append((name, _replaced(args, position, object()), None, None))
@@ -265,11 +284,18 @@ def _cases(operator, mutation, call):
         written = _written(operator, args)
         for n, (i, first) in enumerate(written):
             for j, second in written[n + 1 :]:
-                changed = list(args)
-                changed[i], changed[j] = _sharing(args[i], args[j])
-                # The message names both (`first` here, `second` below).
-                cases.append((f"{first}, {second}", changed, first, None))
-                cases.append((f"{first}, {second}", changed, second, None))
+                # From one address, and `second` from the middle of `first`
+                # (8 bytes in: aligned for every dtype).
+                offsets = [0]
+                if args[i].numel() * args[i].element_size() > 8:
+                    offsets.append(8)
+                for offset in offsets:
+                    changed = list(args)
+                    changed[i], changed[j] = _sharing(args[i], args[j], offset)
+                    what = f"{first}, {second} at {offset} bytes"
+                    # The message names both.
+                    cases.append((what, changed, first, None))
+                    cases.append((what, changed, second, None))
     elif mutation == "index":
         positions = {name: p for p, name in _tensor_positions(operator, args)}
         for name, values in call.indices.items():
@@ -335,8 +361,15 @@ def _outputs(operator, args):
 @pytest.mark.parametrize("operator", OPERATORS)
 def test_valid_call(operator):
     args = VALID_CALLS[operator](ROWS).args
+    outputs = _outputs(operator, args)
+    before = [output.clone() for output in outputs]
     _run(operator, args)
-    assert _floats_finite(_outputs(operator, args))
+    assert _floats_finite(outputs)
+    # The table's call does some work: it writes somewhere.
+    assert any(
+        not torch.equal(output, old)
+        for output, old in zip(outputs, before, strict=True)
+    ), f"the valid call of `{operator}` wrote nothing"
 
 
 @pytest.mark.parametrize("operator", OPERATORS)
