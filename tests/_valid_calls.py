@@ -20,6 +20,12 @@ written); index inputs whose out-of-range values are documented as skipped
 `Call.accepts` lists, per mutation of `tests/test_hostile_matrix.py`, the
 parameters for which that mutation gives a call the operator documents as
 valid (an input that may have any dtype, any shape...), with the reason.
+`Call.poison` names the input that gets the NaN/Inf values when the first
+floating-point input would not show them (a key rather than a query row of
+attention, the rotated `query`).
+
+A new operator with a native CPU implementation needs an entry here:
+`test_every_native_cpu_operator_has_a_valid_call` fails until it has one.
 """
 
 from __future__ import annotations

@@ -2,12 +2,26 @@
 implementation (issue 12, item 6).
 
 Each operator's small valid call comes from `tests/_valid_calls.py`; every
-mutation below changes one argument of it. A mutation that must be rejected
-raises a `ValueError` (or `TypeError`) whose message names the operator
-(and, where the check is generic, the parameter), and leaves the bytes of
-every tensor argument as they were. Zero-size and NaN/Inf inputs give a
-result (finite where the inputs are, NaN somewhere when a NaN is read) or a
-clean error.
+mutation changes one argument of it:
+
+- `dtype`, `rank`, `shape`, `device`, `non_tensor`: each tensor (and the
+  first of each tensor list) gets a dtype its role excludes, an extra
+  dimension, one more row, the meta device, or becomes a string;
+- `non_scalar`: each scalar becomes an object of no parameter type;
+- `expanded`, `overlapping`: each written tensor becomes a stride-0 view, or
+  a view whose rows share elements;
+- `aliased`: each pair of written tensors shares memory (from one address,
+  and one starting inside the other);
+- `index`: each checked index input holds an out-of-range value;
+- `slot`: `implementation_index` is negative, not active, or not an int.
+
+Each must raise a `ValueError` (or `TypeError`) whose message names the
+operator (and the parameter, where the check is about one parameter:
+dtype, device, non-tensor, written geometry, aliasing, index values), and
+leave the bytes of every tensor argument as they were. A mutation the
+operator documents as valid (`Call.accepts`) is not generated. Zero-size and
+NaN/Inf inputs give a result (finite where the inputs are, NaN somewhere
+when a NaN is read) or such an error.
 
 Everything runs in this process on tiny shapes with the dtypes of the valid
 call, so that the kernels compiled for the operators' own tests serve here
@@ -56,9 +70,10 @@ ROWS = 3
 
 def test_every_native_cpu_operator_has_a_valid_call():
     # A new operator needs an entry in `tests/_valid_calls.py`.
+    if not SLOTS:
+        pytest.skip("the build has no native CPU implementation")
     missing = sorted(set(SLOTS) - set(VALID_CALLS))
     assert not missing, f"no valid call in tests/_valid_calls.py for {missing}"
-    assert len(SLOTS) > 50
 
 
 # -- helpers ------------------------------------------------------------------
