@@ -348,12 +348,6 @@ def test_rejected(operator, mutation):
     assert not problems, f"`{operator}`, {mutation}: " + "; ".join(problems)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core/dispatch.py keys its cache on `implementation_index` by value: "
-    "after a call at slot 0, `implementation_index=0.0` or `False` finds that "
-    "operator and runs (1.0 and True likewise after slot 1)",
-)
 def test_cached_calls_reject_bad_slots():
     problems = []
     for operator in OPERATORS:
@@ -422,11 +416,7 @@ def _nan_target(operator, call):
 
 
 # Known failures, each a bug reported to the operator's owner.
-KNOWN_NON_FINITE = {
-    ("ggml_mul_mat_a8", "nan"): "a NaN activation is dropped by the block's "
-    "absmax and gives finite results; the base documents non-finite ones",
-    ("ggml_mul_mat_vec_a8", "nan"): "as `ggml_mul_mat_a8`",
-}
+KNOWN_NON_FINITE: dict[tuple[str, str], str] = {}
 
 
 @pytest.mark.parametrize(

@@ -381,6 +381,10 @@ class OperatorEntry:
     ) -> None:
         """A call of the overload `bound` with `values` in its parameter
         order, missing none (the custom ops' kernel, `custom_ops`)."""
+        if implementation_index is not None and type(implementation_index) is not int:
+            # Before the cache: its keys compare the index by value, and
+            # `False` or `0.0` equal 0.
+            raise self._bad_index(implementation_index)
         if config is not None:
             config = parse_config(config)
             operator = self._build(bound, values, implementation_index, config)
@@ -540,6 +544,13 @@ class OperatorEntry:
         except ValueError as error:
             raise OperatorError(self.name, f"`{parameter.name}`: {error}") from None
 
+    def _bad_index(self, implementation_index) -> OperatorError:
+        return OperatorError(
+            self.name,
+            "`implementation_index` must be None or a non-negative int, got "
+            f"{describe_value(implementation_index)}.",
+        )
+
     def _resolve_slot(self, platform: str, implementation_index) -> int:
         active = self.slots.get(platform, [])
         if implementation_index is None:
@@ -550,11 +561,7 @@ class OperatorEntry:
                 )
             return active[0]
         if type(implementation_index) is not int or implementation_index < 0:
-            raise OperatorError(
-                self.name,
-                "`implementation_index` must be None or a non-negative int, got "
-                f"{describe_value(implementation_index)}.",
-            )
+            raise self._bad_index(implementation_index)
         if implementation_index not in active:
             raise OperatorError(
                 self.name,
@@ -654,7 +661,11 @@ def make_function(entry: OperatorEntry) -> Callable:
         # written out here rather than in a method: every call layer costs a
         # measurable share of the host overhead. Everything else, `config=`
         # included, goes to `OperatorEntry.call`.
-        if not kwargs:
+        # Only `None` or a plain int index may take the cached path: the
+        # cache key compares the index by value, and `False`/`0.0` equal 0.
+        if not kwargs and (
+            implementation_index is None or type(implementation_index) is int
+        ):
             # One overload accepts this many positional arguments: the key
             # (which holds every scalar's type) decides alone. Otherwise the
             # choice is remembered per tuple of argument types

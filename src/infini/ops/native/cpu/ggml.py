@@ -910,9 +910,14 @@ def quantize_activations(x, start, cols, load, codes, at, scales, block_sums, su
     for group in range(cols // ACTIVATION_BLOCK):
         first = start + ACTIVATION_BLOCK * group
         largest = np.float32(0)
+        finite = True
         for j in range(ACTIVATION_BLOCK):
-            largest = max(largest, abs(load(x, first + j)))
-        d = largest / np.float32(127)
+            magnitude = abs(load(x, first + j))
+            # `max` would drop a NaN; a non-finite activation makes its
+            # block's scale NaN, so the products come out NaN as in float.
+            finite &= magnitude <= np.float32(3.4028235e38)
+            largest = max(largest, magnitude)
+        d = largest / np.float32(127) if finite else np.float32(np.nan)
         target = at + ACTIVATION_BLOCK * group
         low = quantize_codes(x, first, load, d, codes, target)
         high = quantize_codes(x, first + 16, load, d, codes, target + 16)
