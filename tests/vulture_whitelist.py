@@ -61,6 +61,10 @@ _ = [
     used.typingctx,
     # NumPy reads `__array_interface__` to wrap raw memory (`native/cpu/blas.py`).
     used.__array_interface__,
+    # NineToothed's code generator calls these overrides
+    # (`ninetoothed/generation.py`).
+    used._generate_autotune,
+    used._generate_launch,
     # PEP 562 module attributes (`torch/aten.py` builds its classes on demand).
     used.__getattr__,
     used.__dir__,

@@ -196,10 +196,10 @@ def source(batch: int, block_m: int, block_n: int, features: int, value_features
     )
 
 
-def _split_heads(strides, head, sizes, ratio, group_sizes):
-    """`strides` with the head dimension `head` split into `sizes` (three
-    dimensions whose last two are the `group_sizes` products): a tensor
-    with `ratio` query heads per head of its own sees stride 0 over them."""
+def _split_heads(strides, head, sizes, ratio):
+    """`strides` with the head dimension `head` split into the three
+    dimensions `sizes`: a tensor with `ratio` query heads per head of its
+    own sees stride 0 over the last one or two of them."""
     stride = strides[head]
     outer, middle, inner = sizes
     if ratio == 1:
@@ -270,10 +270,9 @@ class NineToothedScaledDotProductAttention(ScaledDotProductAttention):
             inner = ratios[0] if ratios[0] > 1 else ratios[-1]
             middle = ratios[-1] // inner
             sizes = (batch[head] // (middle * inner), middle, inner)
-            groups = (middle, inner)
             for name, (strides, tail, tail_strides) in operands.items():
                 operands[name] = (
-                    _split_heads(strides, head, sizes, ratio_of.get(name, 1), groups),
+                    _split_heads(strides, head, sizes, ratio_of.get(name, 1)),
                     tail,
                     tail_strides,
                 )
