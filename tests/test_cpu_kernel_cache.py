@@ -92,6 +92,16 @@ def test_kernels_compiled_at_build_time_are_copied_into_an_empty_cache(tmp_path)
     assert fresh["compiles"] == 0
     assert Path(fresh["directory"]) == user / "numba" / built.name
     assert not list((user / "numba").glob("*.tmp")), "a partial copy was left"
+    # A cache directory that already holds some kernels (a run before the
+    # install shipped any) gets the missing ones.
+    partly = tmp_path / "partly-cache"
+    _first_call(partly)
+    marker = partly / "numba" / built.name / ".seeded"
+    marker.unlink(missing_ok=True)
+    for index in (partly / "numba" / built.name).rglob("*.nb*"):
+        index.unlink()
+    assert _first_call(partly, shipped=shipped)["compiles"] == 0
+    assert marker.is_file()
     # Kernels of other sources (another version) are not copied in.
     other = _first_call(
         tmp_path / "other-cache",

@@ -9,8 +9,9 @@ the system temporary directory. Nothing is written into site-packages.
 
 A build that compiled kernels ahead (`INFINI_OPS_PRECOMPILE`, README) ships
 them as ``infini/ops/_kernels/<package version>-<source hash>``; the first
-process that finds its cache directory missing copies that folder in, so a
-fresh install loads those kernels instead of compiling them.
+process of an install copies the files its cache directory lacks from
+there (and marks the directory), so a fresh install loads those kernels
+instead of compiling them.
 """
 
 from __future__ import annotations
@@ -65,24 +66,37 @@ def kernel_cache_dir() -> Path:
     version = load_manifest().get("package_version", "0")
     name = f"{version}-{kernel_source_fingerprint()}"
     directory = cache_root() / "numba" / name
-    if not directory.is_dir():
+    if not (directory / SEEDED_MARKER).is_file():
         _seed_from_package(_SHIPPED_KERNELS / name, directory)
     return directory
 
 
+# Written into a cache directory once the shipped kernels are in it.
+SEEDED_MARKER = ".seeded"
+
+
 def _seed_from_package(shipped: Path, directory: Path) -> None:
-    """Copies the kernels compiled at build time into an empty cache
-    directory. Through a temporary folder renamed at the end: a concurrent
-    process either sees the whole copy or none (then Numba compiles)."""
+    """Copies the kernels compiled at build time into the cache directory:
+    each file it lacks (a kernel this directory already holds keeps its
+    own index), each through a temporary file renamed into place, so a
+    concurrent process sees a whole file or none. Then marks the directory,
+    so later processes skip the walk."""
     if not shipped.is_dir():
         return
-    partial = directory.with_name(f"{directory.name}.{os.getpid()}.tmp")
     try:
-        shutil.copytree(shipped, partial)
-        os.replace(partial, directory)
+        for source in shipped.rglob("*"):
+            if not source.is_file():
+                continue
+            target = directory / source.relative_to(shipped)
+            if target.exists():
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            partial = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+            shutil.copyfile(source, partial)
+            os.replace(partial, target)
+        (directory / SEEDED_MARKER).touch()
     except OSError:
-        # Read-only cache root, or another process won the rename.
-        shutil.rmtree(partial, ignore_errors=True)
+        pass  # A read-only cache root: Numba compiles what is missing.
 
 
 class _KernelCacheLocator(caching._CacheLocator):
