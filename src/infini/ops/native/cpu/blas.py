@@ -247,15 +247,16 @@ class MatmulPlan:
         # A 16-bit weight seen transposed (`linear`'s ``weight.T``, unit
         # stride along `k`) times a few rows: read the weight as it is
         # instead of widening all of it to float32 on every call.
-        # So does a float32 weight times 2 to 32 rows: BLAS packs all of the
-        # weight on every call, which costs more than the product itself
-        # (one row takes BLAS's matrix-vector path, which does not).
+        # So does a float32 weight times 1 to 32 rows: BLAS packs all of the
+        # weight on every call, which costs more than the product itself;
+        # and even one row (BLAS's matrix-vector path) is kept off BLAS:
+        # its threads spin after each call and starve the Numba kernels
+        # that follow (a decode step alternates the two), measured 5 ms
+        # per such hand-over on two cores.
         narrow = out.dtype in ("bfloat16", "float16")
-        several_float32_rows = (
-            out.dtype == "float32" and len(a.shape) == 2 and (a.shape[0] >= 2)
-        )
+        float32_rows = out.dtype == "float32" and len(a.shape) == 2
         self.narrow_weight = (
-            (narrow or several_float32_rows)
+            (narrow or float32_rows)
             and len(a.shape) == 2
             and len(b.shape) == 2
             and len(out.shape) == 2
