@@ -40,7 +40,7 @@ from numba import prange
 
 from infini.ops.core.geometry import span
 
-from .blas import HostView, compute_type
+from .blas import HostView, compute_type, matmul_into
 from .dtype_io import loader, storer
 from .jit import kernel
 from .memory import STORAGE, element_array
@@ -707,7 +707,7 @@ class ConvolutionPlan:
                     "_scratch", items * self.out_channels * length
                 ).reshape(items, groups, -1, length)
             for group in range(groups):
-                np.matmul(weights[group], columns[:, group], out=target[:, group])
+                matmul_into(weights[group], columns[:, group], target[:, group])
             if out_matrix is not None:
                 if has_bias:
                     np.add(target, bias_column, out=target)
@@ -760,7 +760,7 @@ class ConvolutionPlan:
                 "_columns", items * column_rows * in_positions
             ).reshape(items, groups, column_rows // groups, in_positions)
             for group in range(groups):
-                np.matmul(weights[group].T, source[:, group], out=columns[:, group])
+                matmul_into(weights[group].T, source[:, group], columns[:, group])
             self.scatter(
                 columns.reshape(items, column_rows, in_positions),
                 out_address,

@@ -45,7 +45,7 @@ from infini.ops.base._ggml import (
     Q8_0,
 )
 
-from .blas import HostView
+from .blas import HostView, matmul_into
 from .dtype_io import loader, storer
 from .jit import helper, kernel
 from .memory import STORAGE, element_array
@@ -1324,9 +1324,9 @@ class TiledProductPlan:
             )
             block = panel[:count].T
             if self.direct:
-                np.matmul(values, block, out=target[:, first : first + count])
+                matmul_into(values, block, target[:, first : first + count])
             else:
-                np.matmul(values, block, out=self.result[:, :count])
+                matmul_into(values, block, self.result[:, :count])
                 self.round(
                     self.result.ctypes.data,
                     step,
