@@ -1,4 +1,5 @@
-"""Matrix products on the CPU through NumPy's BLAS.
+"""Matrix products on the CPU through the BLAS torch links (`matmul_into`),
+on NumPy arrays over the caller's memory.
 
 Operands arrive as data addresses with shapes and strides (in elements);
 `HostView` turns one into a NumPy array over the caller's memory without a

@@ -1,4 +1,4 @@
-"""Convolutions on the CPU: im2col and NumPy's BLAS, shared by `conv1d`,
+"""Convolutions on the CPU: im2col and BLAS (`blas.matmul_into`), shared by `conv1d`,
 `conv2d`, `conv3d`, `convolution` and `conv_infinilm`.
 
 Every convolution is planned as a 3-d one: missing leading spatial

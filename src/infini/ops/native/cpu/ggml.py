@@ -1266,7 +1266,7 @@ class TiledProductPlan:
     their quantised values ``d * q`` written out as float32; then, panel by
     panel, a few hundred weight rows are dequantised (`dequantize_kernel`,
     in parallel over rows) into a scratch buffer that stays in the cache
-    and NumPy's BLAS multiplies every token by it, writing the panel's
+    and BLAS (`blas.matmul_into`) multiplies every token by it, writing the panel's
     output columns. No full float32 copy of the weight is ever made. The
     result is the product of the quantised activations with the
     dequantised weight up to float32 rounding, as the integer kernels'."""
@@ -1339,7 +1339,7 @@ class TiledProductPlan:
 
 # Tokens from which the products take `TiledProductPlan` rather than the
 # integer kernels. Measured on one thread (Sapphire Rapids, SmolLM2 shapes,
-# the tiled path on NumPy's OpenBLAS): at 8 tokens the integer kernels
+# the tiled path then on NumPy's OpenBLAS): at 8 tokens the integer kernels
 # take 0.55 to 0.7 of the tiled path's time, at 16 tokens 0.95 to 1.1, at
 # 32 tokens 1.7 to 2, at 64 tokens 2.5 to 2.9.
 TILED_MIN_TOKENS = 16
