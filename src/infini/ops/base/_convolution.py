@@ -50,17 +50,18 @@ class ConvolutionOperator(Operator):
     # `torch.nn.functional.conv2d` accepts ``(C, H, W)``).
     allow_unbatched = False
 
-    def resolve(
-        self,
-        args,
-        *,
-        stride,
-        padding,
-        dilation,
-        groups: int,
-        transposed: bool = False,
-        output_padding=None,
-    ) -> None:
+    def __init__(self, args) -> None:
+        super().__init__(args)
+        self.resolve(args)
+
+    def resolve(self, args) -> None:
+        """Checks the arguments and resolves the geometry (above); every
+        member of the family names them alike, and only `convolution` has
+        `transposed` and `output_padding`."""
+        stride, padding, dilation = args.stride, args.padding, args.dilation
+        groups = args.groups
+        transposed = getattr(args, "transposed", False)
+        output_padding = getattr(args, "output_padding", None)
         input, weight, bias, out = args.input, args.weight, args.bias, args.out
         self.require_dtype("input", input, CONVOLUTION_DTYPES)
         self.require_same_dtype(

@@ -30,13 +30,3 @@ class Conv2d(ConvolutionOperator):
     defaults = {"bias": None}
     spatial_dims = 2
     allow_unbatched = True
-
-    def __init__(self, args) -> None:
-        super().__init__(args)
-        self.resolve(
-            args,
-            stride=args.stride,
-            padding=args.padding,
-            dilation=args.dilation,
-            groups=args.groups,
-        )

@@ -30,13 +30,3 @@ class Conv3d(ConvolutionOperator):
     defaults = {"bias": None}
     spatial_dims = 3
     allow_unbatched = True
-
-    def __init__(self, args) -> None:
-        super().__init__(args)
-        self.resolve(
-            args,
-            stride=args.stride,
-            padding=args.padding,
-            dilation=args.dilation,
-            groups=args.groups,
-        )

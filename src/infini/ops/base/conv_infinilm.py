@@ -39,13 +39,3 @@ class ConvInfinilm(ConvolutionOperator):
         "out: Tensor!",
     )
     defaults = {"bias": None}
-
-    def __init__(self, args) -> None:
-        super().__init__(args)
-        self.resolve(
-            args,
-            stride=args.stride,
-            padding=args.padding,
-            dilation=args.dilation,
-            groups=args.groups,
-        )

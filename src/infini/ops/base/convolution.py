@@ -34,15 +34,3 @@ class Convolution(ConvolutionOperator):
         "output_padding: list[int], groups: int, out: Tensor!",
     )
     defaults = {"bias": None}
-
-    def __init__(self, args) -> None:
-        super().__init__(args)
-        self.resolve(
-            args,
-            stride=args.stride,
-            padding=args.padding,
-            dilation=args.dilation,
-            groups=args.groups,
-            transposed=args.transposed,
-            output_padding=args.output_padding,
-        )
