@@ -13,12 +13,10 @@ import pytest
 import torch
 
 import infini.ops
-from infini.ops.core.devices import TRITON_INTERPRETER, Device
-from infini.ops.core.operator import Arguments
-from infini.ops.core.tensor import TensorMeta
+from infini.ops.core.devices import TRITON_INTERPRETER
+from tests import sm90
 
 REPO = Path(__file__).resolve().parents[1]
-NVIDIA = Device("nvidia", 0)
 NOT_UNDER_THE_INTERPRETER = (
     "compiles real `triton.jit` kernels: runs without INFINI_OPS_TRITON_INTERPRET"
 )
@@ -81,204 +79,63 @@ def test_elementwise_kernels_walk_a_transposed_output():
 
 
 def _meta(shape, dtype="float32", strides=None):
-    if strides is None:
-        strides, running = [], 1
-        for size in reversed(shape):
-            strides.insert(0, running)
-            running *= size
-    return TensorMeta(tuple(shape), tuple(strides), dtype, NVIDIA)
+    return sm90.meta(shape, dtype, strides)
 
 
-NATIVE_EXAMPLES = {
-    "add": lambda: {
-        "input": _meta((4, 5), "bfloat16"),
-        "other": _meta((5,), "bfloat16"),
-        "alpha": 2.0,
-        "out": _meta((4, 5), "bfloat16", (1, 4)),
-    },
-    "mul": lambda: {
-        "input": _meta((64,), "int32"),
-        "other": _meta((64,), "int32"),
-        "out": _meta((64,), "int32"),
-    },
-    "relu": lambda: {
-        "input": _meta((8, 3), "bfloat16"),
-        "out": _meta((8, 3), "bfloat16"),
-    },
-    "cast": lambda: {"input": _meta((8,), "float64"), "out": _meta((8,), "bfloat16")},
-    "swiglu": lambda: {
-        "input": _meta((4, 64), "float16"),
-        "gate": _meta((4, 64), "float16"),
-        "out": _meta((4, 64), "float16"),
-    },
-    "silu_and_mul": lambda: {
-        "input": _meta((4, 128), "bfloat16"),
-        "out": _meta((4, 64), "bfloat16"),
-    },
-    "rms_norm": lambda: {
-        "input": _meta((2, 3, 9000), "bfloat16", (0, 9000, 1)),
-        "weight": _meta((9000,), "float32"),
-        "eps": 1e-6,
-        "out": _meta((2, 3, 9000), "bfloat16"),
-    },
-    "causal_softmax": lambda: {
-        "input": _meta((2, 4, 64), "float16"),
-        "out": _meta((2, 4, 64), "float16"),
-    },
-    "sigmoid": lambda: {
-        "input": _meta((8, 3), "float16"),
-        "out": _meta((8, 3), "float16"),
-    },
-    "silu": lambda: {
-        "input": _meta((8, 3), "bfloat16", (1, 8)),
-        "out": _meta((8, 3), "bfloat16"),
-    },
-    "gelu": lambda: {
-        "input": _meta((8, 33), "float32"),
-        "approximate": "none",
-        "out": _meta((8, 33), "float32"),
-    },
-    "copy": lambda: {
-        "src": _meta((16, 8), "float16", (1, 16)),
-        "non_blocking": False,
-        "out": _meta((16, 8), "float16"),
-    },
-    "fill": lambda: {
-        "input": _meta((5, 7), "bfloat16"),
-        "value": 1.5,
-        "out": _meta((5, 7), "bfloat16"),
-    },
-    "topk_softmax": lambda: {
-        "gating_output": _meta((6, 64), "bfloat16"),
-        "bias": None,
-        "is_padding": None,
-        "renormalize": True,
-        "topk_weights": _meta((6, 8), "float32"),
-        "topk_indices": _meta((6, 8), "int32"),
-        "token_expert_indices": _meta((6, 8), "int32"),
-    },
-    "reshape_and_cache_flash": lambda: {
-        "key": _meta((5, 2, 64), "float16"),
-        "value": _meta((5, 2, 64), "float16"),
-        "slot_mapping": _meta((5,), "int64"),
-        "k_scale": _meta((1,), "float32"),
-        "v_scale": _meta((1,), "float32"),
-        "kv_cache_dtype": "auto",
-        "key_cache": _meta((3, 16, 2, 64), "float16"),
-        "value_cache": _meta((3, 16, 2, 64), "float16"),
-    },
-    "rotary_embedding": lambda: {
-        "positions": _meta((5,), "int64"),
-        "query": _meta((5, 4 * 64), "bfloat16"),
-        "key": _meta((5, 2 * 64), "bfloat16"),
-        "cos_sin_cache": _meta((32, 64), "float32"),
-        "head_size": 64,
-        "is_neox": True,
-        "rope_dim_offset": 0,
-        "inverse": False,
-    },
-    "paged_attention_infinilm": lambda: {
-        "q": _meta((2, 4, 64), "float16"),
-        "k_cache": _meta((6, 2, 16, 64), "float16"),
-        "v_cache": _meta((6, 2, 16, 64), "float16"),
-        "block_tables": _meta((2, 3), "int32"),
-        "seq_lens": _meta((2,), "int32"),
-        "alibi_slopes": None,
-        "scale": 0.125,
-        "out": _meta((2, 4, 64), "float16"),
-    },
-    "add_rms_norm": lambda: {
-        "input": _meta((3, 96), "bfloat16"),
-        "residual": _meta((3, 96), "bfloat16"),
-        "weight": _meta((96,), "bfloat16"),
-        "eps": 1e-6,
-        "out": _meta((3, 96), "bfloat16"),
-        "residual_out": _meta((3, 96), "bfloat16"),
-    },
-    "fused_add_rms_norm": lambda: {
-        "input": _meta((3, 96), "float16"),
-        "residual": _meta((3, 96), "float16"),
-        "weight": _meta((96,), "float16"),
-        "epsilon": 1e-6,
-    },
-    "softmax": lambda: {
-        "input": _meta((4, 100), "float16"),
-        "dim": -1,
-        "dtype": None,
-        "out": _meta((4, 100), "float16"),
-    },
-    "embedding": lambda: {
-        "input": _meta((7,), "int64"),
-        "weight": _meta((50, 64), "bfloat16"),
-        "padding_idx": None,
-        "max_norm": None,
-        "norm_type": 2.0,
-        "scale_grad_by_freq": False,
-        "sparse": False,
-        "out": _meta((7, 64), "bfloat16"),
-    },
-}
+def _examples():
+    return [
+        pytest.param(op, number, id=f"{op}-{example.label or number}")
+        for op, examples in sorted(sm90.all_examples().items())
+        for number, example in enumerate(examples)
+    ]
 
 
-def _launches(value, depth=0):
-    from infini.ops.runtime.triton import Launch
-
-    if isinstance(value, Launch):
-        yield value
-    elif depth < 2 and hasattr(value, "__dict__"):
-        for item in vars(value).values():
-            yield from _launches(item, depth + 1)
-
-
-@pytest.mark.parametrize("op", sorted(NATIVE_EXAMPLES))
-def test_native_kernels_compile_for_sm90(op, monkeypatch):
+def _compile(op, number):
     if TRITON_INTERPRETER:
         pytest.skip(NOT_UNDER_THE_INTERPRETER)
     pytest.importorskip("triton")
     import importlib
 
-    import triton
-    from triton.backends.compiler import GPUTarget
-
-    from infini.ops.native.cuda import elementwise
-    from infini.ops.runtime import triton as runtime
-
     try:
-        module = importlib.import_module(f"infini.ops.native.cuda.ops.{op}")
+        importlib.import_module(f"infini.ops.native.cuda.ops.{op}")
     except ImportError as error:
         pytest.skip(f"no CUDA-like {op} kernel module ({error})")
-    (cls,) = [
-        value
-        for value in vars(module).values()
-        if isinstance(value, type)
-        and getattr(value, "implementation_slot", None) == 0
-        and "nvidia" in getattr(value, "implementation_devices", ())
-    ]
-    # Plan as on a GPU, without one: no device check, geometry tables on the
-    # CPU, and no launch (the kernels are compiled below instead).
-    monkeypatch.setattr(runtime, "uses_direct_launch", lambda device: False)
-    monkeypatch.setattr(runtime, "torch_device", lambda device: "cpu")
-    # The elementwise templates check the device themselves; other kernel
-    # modules import `require_device` (and some `torch_device`) by name.
-    for planner in (elementwise, module):
-        monkeypatch.setattr(
-            planner, "torch_device", lambda device: "cpu", raising=False
-        )
-        monkeypatch.setattr(
-            planner, "require_device", lambda *arguments: None, raising=False
-        )
-    values = NATIVE_EXAMPLES[op]()
-    operator = cls(Arguments(values, NVIDIA, 0))
-    launches = list(_launches(operator))
-    assert launches, f"`{cls.__name__}` holds no `Launch`"
-    for launch in launches:
-        source = runtime.ast_source(
-            launch.kernel.fn, launch.arguments, launch.constexprs, True
-        )
-        compiled = triton.compile(
-            source, target=GPUTarget("cuda", 90, 32), options=launch.options
-        )
+    example = sm90.all_examples()[op][number]
+    return example, sm90.compile_example(op, example)
+
+
+@pytest.mark.parametrize("op, number", _examples())
+def test_native_kernels_compile_for_sm90(op, number):
+    """Every example compiles to a cubin; the machine code has no register
+    spills, memory-bound kernels load 128 bits at a time from contiguous
+    float operands, and products use tensor cores (docs/architecture.md,
+    "Static checks of the CUDA-like kernels")."""
+    example, kernels = _compile(op, number)
+    for compiled in kernels:
         assert compiled.asm["cubin"]
+        report = sm90.inspect_compiled(compiled)
+        assert report.spill_bytes == 0, (
+            f"{report.name} spills {report.spill_bytes} bytes "
+            f"({report.registers} registers)"
+        )
+        if example.kind == sm90.PRODUCT:
+            assert report.tensor_cores, f"{report.name} has no mma/wgmma"
+    if example.kind == sm90.MEMORY:
+        widest = max(sm90.inspect_compiled(c).widest_load for c in kernels)
+        assert widest >= 128, f"`{op}` loads at most {widest} bits at a time"
+
+
+def test_every_cuda_like_kernel_has_an_sm90_example():
+    """A kernel module without an example would escape the static checks."""
+    from infini.ops.native.cuda import ops as package
+
+    modules = {
+        path.stem
+        for path in Path(package.__file__).parent.glob("*.py")
+        if path.stem != "__init__"
+    }
+    missing = sorted(modules - set(sm90.all_examples()))
+    assert not missing, f"no sm_90 example in tests/sm90/ for: {missing}"
 
 
 def test_elementwise_templates_key_compiled_kernels_on_the_function():
