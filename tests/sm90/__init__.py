@@ -42,6 +42,7 @@ FAMILIES = (
     "products",
     "convolution",
     "routing",
+    "moe",
     "sampling",
     "ggml",
 )
