@@ -47,3 +47,29 @@ def topk_gating_reference(
         weights = weights.masked_fill(padded, 0.0)
         ids = ids.masked_fill(padded, -1)
     return weights, ids.to(id_dtype)
+
+
+def gpu_sort_tiles(monkeypatch, *, direct_limit, fill=16, pad=2):
+    """Under the Triton interpreter, makes the CUDA-like counting sort
+    (`native/cuda/routing.py`, `moe_align_block_size`,
+    `get_cutlass_moe_mm_data`) cut a small problem as it cuts a large one on
+    a GPU: chunks of 16 entries, blocks of 8 experts, the scan launch (two
+    chunks a step) when the count table has more than `direct_limit`
+    elements, and short fill loops. The interpreter's own tiles put every
+    test case in one program. Elsewhere (the CPU kernels) it does nothing.
+    Call it before the first call of a geometry: operators are cached per
+    geometry."""
+    from infini.ops.core.devices import TRITON_INTERPRETER
+
+    if not TRITON_INTERPRETER:
+        return
+    from infini.ops.native.cuda import routing
+    from infini.ops.native.cuda.ops import moe_align_block_size
+
+    monkeypatch.setattr(routing, "INTERPRETER_SORT_TILE", 128)
+    monkeypatch.setattr(routing, "INTERPRETER_EXPERT_BLOCK_LIMIT", 8)
+    monkeypatch.setattr(routing, "DIRECT_TABLE_LIMIT", direct_limit)
+    monkeypatch.setattr(routing, "SCAN_TILE", 16)
+    monkeypatch.setattr(moe_align_block_size, "FILL_BLOCK", fill)
+    monkeypatch.setattr(moe_align_block_size, "PAD_BLOCK_LIMIT", pad)
+    monkeypatch.setattr(moe_align_block_size, "BLOCKS_STEP_ELEMENTS", 64)

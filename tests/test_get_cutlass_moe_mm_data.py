@@ -2,6 +2,7 @@ import pytest
 import torch
 
 import infini.ops
+from tests._routing import gpu_sort_tiles
 
 # (tokens, topk, num_experts): at most 64 entries (vLLM swaps M and N),
 # more than 64, one expert, experts left without tokens, no tokens.
@@ -134,6 +135,66 @@ def test_get_cutlass_moe_mm_data_default_overload_and_strides(
     assert torch.equal(input_permutation[:total].cpu(), expected[3])
     assert torch.equal(output_permutation[:30].cpu(), expected[4])
     assert (output_permutation[30:] == -7).all()
+
+
+@pytest.mark.parametrize(
+    "tokens, topk, num_experts, direct_limit, with_blockscale",
+    [
+        # Five chunks of 16 entries, three expert blocks, the scan launch.
+        (23, 3, 20, 32, True),
+        # The same without the scan (the placing kernel sums the table).
+        (22, 3, 20, 4096, False),
+    ],
+)
+def test_get_cutlass_moe_mm_data_chunks_and_expert_blocks(
+    tokens,
+    topk,
+    num_experts,
+    direct_limit,
+    with_blockscale,
+    monkeypatch,
+    device,
+    implementation_index,
+):
+    gpu_sort_tiles(monkeypatch, direct_limit=direct_limit)
+    n, k = 32, 16
+    # Ids below 0 and past the experts belong to no expert.
+    topk_ids = torch.randint(-1, num_experts + 2, (tokens, topk), dtype=torch.int32)
+    outputs = _outputs(tokens * topk, num_experts, device)
+    blockscale = (
+        torch.full((num_experts + 1,), -7, dtype=torch.int32)
+        if with_blockscale
+        else None
+    )
+    infini.ops.get_cutlass_moe_mm_data(
+        topk_ids, num_experts, n, k, False, *outputs, blockscale,
+        implementation_index=implementation_index,
+    )  # fmt: skip
+    expected = _reference(topk_ids, num_experts, n, k, False, with_blockscale)
+    total = int(expected[0][-1])
+    for got, want in zip(outputs[:3], expected[:3]):
+        assert torch.equal(got, want)
+    assert torch.equal(outputs[3][:total], expected[3])
+    assert (outputs[3][total:] == -7).all()
+    assert torch.equal(outputs[4], expected[4])
+    if with_blockscale:
+        assert torch.equal(blockscale, expected[5])
+
+
+def test_get_cutlass_moe_mm_data_permutation_over_the_ids(device, implementation_index):
+    # `output_permutation` over the ids' own memory: the ids are read first.
+    tokens, topk, num_experts = 5, 2, 3
+    topk_ids = torch.randint(0, num_experts, (tokens, topk), dtype=torch.int32)
+    expected = _reference(topk_ids.clone(), num_experts, 8, 8, True, False)
+    outputs = _outputs(tokens * topk, num_experts, device)
+    outputs[4] = topk_ids.view(-1)
+    infini.ops.get_cutlass_moe_mm_data(
+        topk_ids, num_experts, 8, 8, True, *outputs, None,
+        implementation_index=implementation_index,
+    )  # fmt: skip
+    assert torch.equal(outputs[0], expected[0])
+    assert torch.equal(outputs[3], expected[3])
+    assert torch.equal(topk_ids.view(-1), expected[4])
 
 
 def _arguments(**changes):

@@ -162,6 +162,22 @@ def test_grouped_topk_only_selected_groups_contribute(device, implementation_ind
     assert indices.tolist() == [[0, 1]] and values.tolist() == [[5.0, 5.0]]
 
 
+def test_grouped_topk_nan_ranks_first(device, implementation_index):
+    # Group 0's score is NaN (its best pair holds a NaN): it is kept first,
+    # and its NaN expert is picked first.
+    nan = float("nan")
+    scores = torch.tensor([[0.1, nan, 0.3, 0.2, 0.5, 0.4, 0.0, -1.0]], device=device)
+    bias = torch.zeros(8, device=device)
+    values = torch.empty(1, 3, device=device)
+    indices = torch.empty(1, 3, dtype=torch.int64, device=device)
+    _grouped_topk(
+        scores, bias, 4, 2, 3, False, 1.0, 0, values, indices, implementation_index
+    )
+    assert indices.tolist() == [[1, 4, 5]]
+    assert values[0, 0].isnan()
+    assert torch.equal(values[0, 1:], torch.tensor([0.5, 0.4], device=device))
+
+
 @pytest.mark.parametrize(
     "experts, groups, topk_group, topk, func, values_dtype, match",
     [

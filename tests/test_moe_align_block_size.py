@@ -2,6 +2,7 @@ import pytest
 import torch
 
 import infini.ops
+from tests._routing import gpu_sort_tiles
 
 
 def _reference(topk_ids, expert_map, num_experts, block_size, sorted_len, blocks):
@@ -59,6 +60,7 @@ CASES = (
     (7, 3, 5, 4, False),
     (0, 2, 8, 16, False),
     (13, 1, 3, 1, False),
+    (1, 1, 3, 2, False),
 )
 
 
@@ -101,6 +103,71 @@ def test_moe_align_block_size_expert_map(device, implementation_index):
     expert_map = torch.full((16,), -1, dtype=torch.int32)
     expert_map[4:8] = torch.arange(4, dtype=torch.int32)
     _run(topk_ids, expert_map, 4, 8, torch.int32, implementation_index)
+
+
+@pytest.mark.parametrize(
+    "tokens, num_experts, block_size, direct_limit, with_map, dtype",
+    [
+        # Three chunks of 16 entries, two expert blocks, the scan launch.
+        (20, 12, 4, 32, False, torch.int64),
+        # The same without the scan (the placing kernel sums the table).
+        (21, 12, 8, 4096, True, torch.int32),
+        # Long padding (several padding steps), one expert block.
+        (9, 5, 13, 32, False, torch.int32),
+    ],
+)
+def test_moe_align_block_size_chunks_and_expert_blocks(
+    tokens,
+    num_experts,
+    block_size,
+    direct_limit,
+    with_map,
+    dtype,
+    monkeypatch,
+    device,
+    implementation_index,
+):
+    gpu_sort_tiles(monkeypatch, direct_limit=direct_limit)
+    # Ids below 0 and past the experts (or the map) are skipped.
+    topk_ids = torch.randint(-1, num_experts + 3, (tokens, 2), dtype=dtype)
+    expert_map = None
+    if with_map:
+        expert_map = torch.randperm(num_experts + 2).to(torch.int32) - 2
+    _run(topk_ids, expert_map, num_experts, block_size, dtype, implementation_index)
+
+
+def test_moe_align_block_size_ids_of_three_dimensions(device, implementation_index):
+    # Strides that merge into no fewer than three dimensions.
+    topk_ids = torch.randint(0, 6, (6, 9, 8), dtype=torch.int64)[::2, ::3, ::2]
+    _run(topk_ids, None, 6, 4, torch.int32, implementation_index)
+
+
+def test_moe_align_block_size_outputs_overlapping_the_ids(device, implementation_index):
+    # `sorted_token_ids` over the ids' own memory: the ids are read first.
+    tokens, topk, num_experts, block_size = 6, 2, 4, 4
+    numel = tokens * topk
+    length = numel + num_experts * (block_size - 1)
+    storage = torch.zeros(length, dtype=torch.int32)
+    topk_ids = storage[:numel].view(tokens, topk)
+    topk_ids.copy_(torch.randint(0, num_experts, (tokens, topk)))
+    expected = _reference(
+        topk_ids.clone(), None, num_experts, block_size, length, length // block_size
+    )
+    expert_ids = torch.empty(length // block_size, dtype=torch.int32)
+    total = torch.empty(1, dtype=torch.int32)
+    infini.ops.moe_align_block_size(
+        topk_ids,
+        None,
+        num_experts,
+        block_size,
+        storage,
+        expert_ids,
+        total,
+        implementation_index=implementation_index,
+    )
+    assert torch.equal(storage.long(), expected[0])
+    assert torch.equal(expert_ids.long(), expected[1])
+    assert int(total) == expected[2]
 
 
 @pytest.mark.parametrize(

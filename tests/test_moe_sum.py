@@ -24,6 +24,8 @@ CASES = (
     (4, 2, 8, (2, 1, 8), None, False, False),
     (0, 2, 64, None, None, True, False),
     (3, 0, 8, None, None, False, False),
+    # Rows longer than a program's block (GPUs and the interpreter alike).
+    (2, 3, 9000, None, None, True, False),
 )
 
 

@@ -15,6 +15,7 @@ CASES = (
     (5, 7, 7, True, (1, 5), torch.float32, torch.int32, False),
     (16, 64, 2, True, None, torch.bfloat16, torch.int32, False),
     (0, 64, 8, True, None, torch.float32, torch.int32, False),
+    (3, 8, 0, True, None, torch.float32, torch.int64, False),
 )
 INPUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2}
