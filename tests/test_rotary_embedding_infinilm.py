@@ -191,3 +191,25 @@ def test_rotary_embedding_infinilm_rejects_bad_dtypes(device):
         infini.ops.rotary_embedding_infinilm(
             input, pos_ids, table, table.half(), True, out
         )
+
+
+@pytest.mark.parametrize("is_neox", (False, True))
+def test_rotary_embedding_infinilm_odd_head_strided_tables_and_positions(
+    is_neox, device, implementation_index
+):
+    # A head of 80 (40 pairs: a padded tile), float16 tables read through
+    # a column stride for bfloat16 data, and positions with a stride.
+    input = randn_strided((2, 5, 3, 80), None, dtype=torch.bfloat16, device=device)
+    out = empty_strided(
+        (2, 5, 3, 80), (80, 480, 160, 1), dtype=torch.bfloat16, device=device
+    )
+    pos_ids = torch.randint(0, 30, (2, 10), device=device)[:, ::2]
+    sin, cos = _tables(30, 80, torch.float16, device)
+    sin_table, cos_table = sin[:, ::2], cos[:, 1::2]
+    expected = _torch_rotary_embedding_infinilm(
+        input, pos_ids, sin_table, cos_table, is_neox, out, None
+    )
+    _rotary_embedding_infinilm(
+        input, pos_ids, sin_table, cos_table, is_neox, out, implementation_index
+    )
+    torch.testing.assert_close(out, expected, rtol=1e-2, atol=1e-2)

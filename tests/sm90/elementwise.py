@@ -132,7 +132,16 @@ EXAMPLES = {
                 "value": 1.5,
                 "out": m((5, 7), "bfloat16"),
             }
-        )
+        ),
+        # No loads to check: the flat path stores 128 bits at a time.
+        Example(
+            lambda: {
+                "input": m((64, 1024)),
+                "value": 0.5,
+                "out": m((64, 1024)),
+            },
+            label="contiguous",
+        ),
     ],
     "gelu_infinilm": [
         Example(

@@ -29,7 +29,12 @@ EXAMPLES = {
     "causal_softmax": [
         Example(
             lambda: {"input": m((2, 4, 64), "float16"), "out": m((2, 4, 64), "float16")}
-        )
+        ),
+        Example(
+            lambda: {"input": m((4, 64, 1024)), "out": m((4, 64, 1024))},
+            MEMORY,
+            "contiguous",
+        ),
     ],
     "add_rms_norm": [
         Example(
@@ -41,7 +46,19 @@ EXAMPLES = {
                 "out": m((3, 96), "bfloat16"),
                 "residual_out": m((3, 96), "bfloat16"),
             }
-        )
+        ),
+        Example(
+            lambda: {
+                "input": m((64, 4096), "bfloat16"),
+                "residual": m((64, 4096), "bfloat16"),
+                "weight": m((4096,), "bfloat16"),
+                "eps": 1e-6,
+                "out": m((64, 4096), "bfloat16"),
+                "residual_out": m((64, 4096), "bfloat16"),
+            },
+            MEMORY,
+            "contiguous",
+        ),
     ],
     "fused_add_rms_norm": [
         Example(

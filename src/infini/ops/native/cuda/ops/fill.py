@@ -1,10 +1,12 @@
 """CUDA-like `fill` (slot 0) in Triton: every element of `out` gets the bits
 of one element of `out`'s dtype, read from a device scalar.
 
-A float `value` is converted when the operator is built (by the base, as
-``Tensor.fill_`` converts) and kept on the device. A tensor `value` is read
-on every call: `cast`'s kernel converts it into that scalar first, on the
-caller's stream, so a `value` inside `out` is read before `out` is written.
+The plan sees the scalar with `out`'s strides (`scalar_operand`), so a
+contiguous `out` takes the flat path with 128-bit stores. A float `value` is
+converted when the operator is built (by the base, as ``Tensor.fill_``
+converts) and kept on the device. A tensor `value` is read on every call:
+`cast`'s kernel converts it into that scalar first, on the caller's stream,
+so a `value` inside `out` is read before `out` is written.
 """
 
 from __future__ import annotations
@@ -48,6 +50,15 @@ def fill_kernel(
 KERNEL = Kernel(fill_kernel)
 
 
+def scalar_operand(out) -> TensorMeta:
+    """The scalar as the elementwise plan sees it: with `out`'s shape and
+    strides. The kernel reads the scalar's element 0 and never its offsets;
+    a stride-0 operand would keep the plan off its flat path (offset = index,
+    vector stores) even for a contiguous `out`, and walk the geometry table
+    instead."""
+    return TensorMeta(out.shape, out.strides, out.dtype, out.device, out.torch_dtype)
+
+
 @implementation(
     operator="fill",
     devices="cuda_like",
@@ -61,9 +72,15 @@ class CudaFill(Fill):
 
         out = args.out
         device = torch_device(self.device)
-        # The scalar as a 0-d "input" of the fill plan: stride 0 everywhere.
         scalar = TensorMeta((), (), out.dtype, out.device, out.torch_dtype)
-        self.fill = ElementwiseLaunch(KERNEL, self.device, out, (scalar,))
+        self.fill = ElementwiseLaunch(
+            KERNEL,
+            self.device,
+            out,
+            (scalar_operand(out),),
+            # The scalar as it is, one element: it never overlaps `out`.
+            guard_inputs=(scalar,),
+        )
         if self.converted is not None:
             self.scalar = self.converted.to(device)
             self.convert = None
