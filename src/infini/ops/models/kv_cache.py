@@ -8,11 +8,13 @@ import torch
 class PagedKVCache:
     """Key and value blocks of every layer, in the layout of
     `paged_attention_infinilm`: ``(layers, blocks, kv_heads, block_size,
-    head_dim)``. `layer_caches(i)` gives the two views one layer reads.
+    head_dim)``, on `device`. `layer_caches(i)` gives the two views one
+    layer reads.
 
     Blocks are allocated to sequences by `allocate` and returned by `free`;
     a sequence's block list maps its token ``j`` to slot
-    ``blocks[j // block_size] * block_size + j % block_size``.
+    ``blocks[j // block_size] * block_size + j % block_size``. The block
+    bookkeeping is host-side Python; only the caches live on the device.
     """
 
     def __init__(
@@ -23,10 +25,11 @@ class PagedKVCache:
         block_size: int,
         head_dim: int,
         dtype: torch.dtype,
+        device: torch.device | str = "cpu",
     ) -> None:
         shape = (num_layers, num_blocks, num_kv_heads, block_size, head_dim)
-        self.key = torch.zeros(shape, dtype=dtype)
-        self.value = torch.zeros(shape, dtype=dtype)
+        self.key = torch.zeros(shape, dtype=dtype, device=device)
+        self.value = torch.zeros(shape, dtype=dtype, device=device)
         # One view per layer, made once: indexing a tensor costs microseconds
         # on every call.
         self._layers = [(self.key[i], self.value[i]) for i in range(num_layers)]

@@ -13,6 +13,15 @@ A checkpoint loaded with ``load_gguf(path, quantised=True)`` keeps its
 matrices as the file's GGML blocks (4-bit Q4_1 for SmolLM2): every
 projection is then `ggml_mul_mat_vec_a8` (a few rows) or `ggml_mul_mat_a8`
 (prefill), which read the packed blocks directly; activations stay float32.
+
+`LlamaModel(..., device="cuda")` runs the same calls on a GPU: the weights
+(float or GGML blocks), the cache and every buffer are allocated there, so
+each call dispatches to the device's kernels. The scheduler writes a step's
+inputs into a host buffer (pinned on CUDA) that `forward` copies to its
+device twin with one `copy_`; the sampler copies the chosen tokens back with
+one more. Under the Triton interpreter (``INFINI_OPS_TRITON_INTERPRET=1``)
+CPU tensors stand in for the GPU and the model takes the same device path,
+staging included. The CPU path (the default) stages nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ import numpy as np
 import torch
 
 import infini.ops as ops
+from infini.ops.core.devices import TRITON_INTERPRETER
 
 from .gguf_loader import LlamaCheckpoint, LlamaConfig, QuantisedMatrix
 from .kv_cache import PagedKVCache
@@ -63,10 +73,12 @@ class DenseProjection:
 
 
 class QuantisedProjection:
-    """``out = x @ dequantize(blocks).T`` read straight from GGML blocks."""
+    """``out = x @ dequantize(blocks).T`` read straight from GGML blocks
+    (uint8, kept on `device`)."""
 
-    def __init__(self, matrix: QuantisedMatrix) -> None:
-        self.blocks = torch.from_numpy(np.ascontiguousarray(matrix.blocks))
+    def __init__(self, matrix: QuantisedMatrix, device: torch.device) -> None:
+        blocks = torch.from_numpy(np.ascontiguousarray(matrix.blocks))
+        self.blocks = blocks if device.type == "cpu" else blocks.to(device)
         self.quant_type = matrix.quant_type
         self.rows = matrix.rows
         self.cols = matrix.cols
@@ -77,6 +89,15 @@ class QuantisedProjection:
         else:
             ops.ggml_mul_mat_a8(self.blocks, x, self.quant_type, self.rows, out)
 
+    def dequantize(self, dtype: torch.dtype) -> torch.Tensor:
+        """The ``(rows, cols)`` float matrix of the blocks (`ggml_dequantize`,
+        on the blocks' device)."""
+        out = torch.empty(
+            (self.rows, self.cols), dtype=dtype, device=self.blocks.device
+        )
+        ops.ggml_dequantize(self.blocks, self.quant_type, self.rows, self.cols, out)
+        return out
+
     def nbytes(self) -> int:
         return self.blocks.numel()
 
@@ -84,44 +105,47 @@ class QuantisedProjection:
 class ConcatenatedProjection:
     """Several quantised matrices of different GGML types applied to the
     same input, their outputs side by side (a fused projection whose parts
-    cannot share one block matrix)."""
+    cannot share one block matrix): each part writes its columns of `out`
+    directly (the products take a row stride), so nothing is copied."""
 
-    def __init__(self, parts: list[QuantisedProjection], max_tokens: int, dtype):
+    def __init__(self, parts: list[QuantisedProjection]) -> None:
         self.parts = parts
-        self.outputs = [
-            torch.empty((max_tokens, part.rows), dtype=dtype) for part in parts
-        ]
+        self.columns = []
+        start = 0
+        for part in parts:
+            self.columns.append(slice(start, start + part.rows))
+            start += part.rows
 
     def __call__(self, x: torch.Tensor, out: torch.Tensor) -> None:
-        tokens = x.shape[0]
-        outputs = [output[:tokens] for output in self.outputs]
-        for part, output in zip(self.parts, outputs, strict=True):
-            part(x, output)
-        ops.cat(outputs, 1, out)
+        for part, columns in zip(self.parts, self.columns, strict=True):
+            part(x, out[:, columns])
 
     def nbytes(self) -> int:
         return sum(part.nbytes() for part in self.parts)
 
 
-def _fused_projection(matrices, dtype, max_tokens):
+def _fused_projection(matrices, dtype, device, on_host):
     """One projection computing the outputs of `matrices` (the same input
     features) side by side."""
     if not isinstance(matrices[0], QuantisedMatrix):
-        return DenseProjection(_to_device_dtype(np.concatenate(matrices), dtype))
+        return DenseProjection(
+            _to_device_dtype(np.concatenate(matrices), dtype, device, on_host)
+        )
     if len({matrix.quant_type for matrix in matrices}) == 1:
         stacked = np.concatenate([matrix.blocks for matrix in matrices])
         first = matrices[0]
         return QuantisedProjection(
-            QuantisedMatrix(stacked, first.quant_type, first.cols)
+            QuantisedMatrix(stacked, first.quant_type, first.cols), device
         )
-    parts = [QuantisedProjection(matrix) for matrix in matrices]
-    return ConcatenatedProjection(parts, max_tokens, dtype)
+    return ConcatenatedProjection(
+        [QuantisedProjection(matrix, device) for matrix in matrices]
+    )
 
 
-def _projection(matrix, dtype):
+def _projection(matrix, dtype, device, on_host):
     if isinstance(matrix, QuantisedMatrix):
-        return QuantisedProjection(matrix)
-    return DenseProjection(_to_device_dtype(matrix, dtype))
+        return QuantisedProjection(matrix, device)
+    return DenseProjection(_to_device_dtype(matrix, dtype, device, on_host))
 
 
 class Layer:
@@ -140,27 +164,66 @@ class Layer:
         self.down_proj = down_proj
 
 
-def _embedding_table(table, dtype: torch.dtype) -> torch.Tensor:
-    """The float table `embedding` gathers rows from. A quantised table is
-    dequantised once here by `ggml_dequantize` (a step reads one row per
-    token of it; its blocks stay the tied output projection's weight)."""
-    if not isinstance(table, QuantisedMatrix):
-        return _to_device_dtype(table, dtype)
-    blocks = torch.from_numpy(np.ascontiguousarray(table.blocks))
-    out = torch.empty((table.rows, table.cols), dtype=dtype)
-    ops.ggml_dequantize(blocks, table.quant_type, table.rows, table.cols, out)
-    return out
+def _to_device_dtype(
+    array: np.ndarray, dtype: torch.dtype, device: torch.device, on_host: bool
+) -> torch.Tensor:
+    """A contiguous tensor of `dtype` on `device` holding `array` (float32).
 
-
-def _to_device_dtype(array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
-    """A contiguous tensor of `dtype` holding `array` (float32); bfloat16
-    is rounded by the `cast` operator."""
+    On the CPU path bfloat16 is rounded by the `cast` operator. On the
+    device path (`on_host` False) torch converts on the host before the
+    single copy to the device: loading is not a step, and a CUDA-like build
+    runs no operator on host tensors."""
     source = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
+    if not on_host:
+        return source.to(dtype).to(device)
     if dtype == torch.float32:
         return source
     target = torch.empty(source.shape, dtype=dtype)
     ops.cast(source, target)
     return target
+
+
+class StepInputs:
+    """The int32 inputs of a step, views of one buffer: `token_ids`,
+    `positions` and `slot_mapping` per token row, the decode and prefill
+    block tables and lengths, `cum_seq_lens_q` and `logit_rows`.
+
+    The scheduler writes them (through NumPy views) on the host; on the
+    device path the model copies the whole buffer to its device twin with
+    one `copy_`. Each view starts on a 64-byte boundary so the kernels see
+    aligned pointers."""
+
+    ALIGN = 16  # int32 elements: 64 bytes
+
+    def __init__(
+        self,
+        max_tokens: int,
+        max_seqs: int,
+        max_blocks_per_seq: int,
+        device: torch.device,
+        pin_memory: bool = False,
+    ) -> None:
+        shapes = {
+            "token_ids": (max_tokens,),
+            "positions": (max_tokens,),
+            "slot_mapping": (max_tokens,),
+            "decode_block_tables": (max_seqs, max_blocks_per_seq),
+            "decode_seq_lens": (max_seqs,),
+            "prefill_block_tables": (max_seqs, max_blocks_per_seq),
+            "prefill_seq_lens": (max_seqs,),
+            "cum_seq_lens_q": (max_seqs + 1,),
+            "logit_rows": (max_seqs,),
+        }
+        spans, total = {}, 0
+        for name, shape in shapes.items():
+            size = int(np.prod(shape))
+            spans[name] = (total, size, shape)
+            total += -(-size // self.ALIGN) * self.ALIGN
+        self.buffer = torch.zeros(
+            total, dtype=torch.int32, device=device, pin_memory=pin_memory
+        )
+        for name, (start, size, shape) in spans.items():
+            setattr(self, name, self.buffer[start : start + size].view(shape))
 
 
 class LlamaModel:
@@ -176,6 +239,11 @@ class LlamaModel:
       dynamic=True)``; True uses the default backend (Inductor), a string
       names another (``"aot_eager"``). Every operator call is then a node of
       the graph (a `torch.ops.infini` custom op); the tokens are the same.
+    - `device`: where the weights, cache and buffers live and the operators
+      run (``"cpu"``, the default, or a CUDA-like torch device such as
+      ``"cuda"``). Off the CPU, `host_inputs` (what the scheduler writes)
+      differs from `inputs` (what the step reads): `forward` copies one to
+      the other, and `wait_inputs` says when the host side may be rewritten.
     """
 
     def __init__(
@@ -189,6 +257,7 @@ class LlamaModel:
         block_size: int = 16,
         num_blocks: int | None = None,
         compile: bool | str = False,
+        device: str | torch.device = "cpu",
     ) -> None:
         if isinstance(dtype, str):
             if dtype not in DTYPES:
@@ -199,6 +268,12 @@ class LlamaModel:
         config = checkpoint.config
         self.config = config
         self.dtype = dtype
+        self.device = device = torch.device(device)
+        # The device path: a CUDA-like device, or CPU tensors standing in for
+        # one under the Triton interpreter (which then runs every operator,
+        # so the CPU-only load-time conversions are done by torch instead).
+        self.staged = device.type != "cpu" or TRITON_INTERPRETER
+        on_host = not self.staged
         self.max_tokens = max_tokens
         self.max_seqs = max_seqs
         self.max_seq_len = min(max_seq_len, config.max_position)
@@ -218,83 +293,102 @@ class LlamaModel:
             )
 
         def weight(array):
-            return _to_device_dtype(array, dtype)
+            return _to_device_dtype(array, dtype, device, on_host)
 
-        self.embed_tokens = _embedding_table(checkpoint.embed_tokens, dtype)
+        embed = checkpoint.embed_tokens
+        if isinstance(embed, QuantisedMatrix):
+            # Dequantised once here: a step reads one row per token of it;
+            # its blocks stay the tied output projection's weight.
+            embed_blocks = QuantisedProjection(embed, device)
+            self.embed_tokens = embed_blocks.dequantize(dtype)
+        else:
+            self.embed_tokens = weight(embed)
         self.layers = [
             Layer(
                 attn_norm=weight(layer.attn_norm),
                 qkv=_fused_projection(
-                    [layer.q_proj, layer.k_proj, layer.v_proj], dtype, max_tokens
+                    [layer.q_proj, layer.k_proj, layer.v_proj], dtype, device, on_host
                 ),
-                o_proj=_projection(layer.o_proj, dtype),
+                o_proj=_projection(layer.o_proj, dtype, device, on_host),
                 ffn_norm=weight(layer.ffn_norm),
                 gate_up=_fused_projection(
-                    [layer.gate_proj, layer.up_proj], dtype, max_tokens
+                    [layer.gate_proj, layer.up_proj], dtype, device, on_host
                 ),
-                down_proj=_projection(layer.down_proj, dtype),
+                down_proj=_projection(layer.down_proj, dtype, device, on_host),
             )
             for layer in checkpoint.layers
         ]
         self.final_norm = weight(checkpoint.final_norm)
         if not config.tie_word_embeddings:
-            self.lm_head = _projection(checkpoint.lm_head, dtype)
-        elif isinstance(checkpoint.embed_tokens, QuantisedMatrix):
-            self.lm_head = QuantisedProjection(checkpoint.embed_tokens)
+            self.lm_head = _projection(checkpoint.lm_head, dtype, device, on_host)
+        elif isinstance(embed, QuantisedMatrix):
+            self.lm_head = embed_blocks
         else:
             self.lm_head = DenseProjection(self.embed_tokens)
-        self.cos_sin_cache = rotary_cos_sin_cache(config, self.max_seq_len)
+        self.cos_sin_cache = rotary_cos_sin_cache(config, self.max_seq_len).to(device)
 
         max_blocks_per_seq = -(-self.max_seq_len // block_size)
         if num_blocks is None:
             num_blocks = max_seqs * max_blocks_per_seq
         self.cache = PagedKVCache(
-            config.num_layers, num_blocks, kv_heads, block_size, head_dim, dtype
+            config.num_layers,
+            num_blocks,
+            kv_heads,
+            block_size,
+            head_dim,
+            dtype,
+            device,
         )
         self.max_blocks_per_seq = max_blocks_per_seq
 
-        # Step inputs, written by the scheduler through their NumPy views.
-        index = torch.int32
-        self.token_ids = torch.zeros(max_tokens, dtype=index)
-        self.positions = torch.zeros(max_tokens, dtype=index)
-        self.slot_mapping = torch.zeros(max_tokens, dtype=index)
-        self.decode_block_tables = torch.zeros(
-            (max_seqs, max_blocks_per_seq), dtype=index
-        )
-        self.decode_seq_lens = torch.zeros(max_seqs, dtype=index)
-        self.prefill_block_tables = torch.zeros(
-            (max_seqs, max_blocks_per_seq), dtype=index
-        )
-        self.prefill_seq_lens = torch.zeros(max_seqs, dtype=index)
-        self.cum_seq_lens_q = torch.zeros(max_seqs + 1, dtype=index)
-        self.logit_rows = torch.zeros(max_seqs, dtype=index)
+        # Step inputs: the scheduler writes `host_inputs` through NumPy
+        # views; the step reads `inputs`. On the CPU path they are one object.
+        self.inputs = StepInputs(max_tokens, max_seqs, max_blocks_per_seq, device)
+        self.host_inputs = self.inputs
+        self._inputs_copied = None
+        if self.staged:
+            pinned = device.type == "cuda"
+            self.host_inputs = StepInputs(
+                max_tokens, max_seqs, max_blocks_per_seq, torch.device("cpu"), pinned
+            )
+            # A non-blocking copy from pinned memory reads the host buffer
+            # when the stream reaches it: `wait_inputs` waits for this event
+            # before the host buffer is rewritten.
+            self._non_blocking = pinned
+            if pinned:
+                self._inputs_copied = torch.cuda.Event()
 
         # Activations.
         hidden = config.hidden_size
-        self.residual = torch.empty((max_tokens, hidden), dtype=dtype)
-        self.hidden = torch.empty((max_tokens, hidden), dtype=dtype)
-        self.qkv = torch.empty(
-            (max_tokens, self.q_size + 2 * self.kv_size), dtype=dtype
-        )
-        self.attention = torch.empty((max_tokens, heads, head_dim), dtype=dtype)
-        self.gate_up = torch.empty(
-            (max_tokens, 2 * config.intermediate_size), dtype=dtype
-        )
-        self.activation = torch.empty(
-            (max_tokens, config.intermediate_size), dtype=dtype
-        )
-        self.last_hidden = torch.empty((max_seqs, hidden), dtype=dtype)
-        self.logits = torch.empty((max_seqs, config.vocab_size), dtype=dtype)
+
+        def empty(*shape):
+            return torch.empty(shape, dtype=dtype, device=device)
+
+        self.residual = empty(max_tokens, hidden)
+        self.hidden = empty(max_tokens, hidden)
+        self.qkv = empty(max_tokens, self.q_size + 2 * self.kv_size)
+        self.attention = empty(max_tokens, heads, head_dim)
+        self.gate_up = empty(max_tokens, 2 * config.intermediate_size)
+        self.activation = empty(max_tokens, config.intermediate_size)
+        self.last_hidden = empty(max_seqs, hidden)
+        self.logits = empty(max_seqs, config.vocab_size)
         self._all_logits = None
+        step = self.forward
         if compile:
             # The step counts are symbolic (`dynamic`), so one graph serves
             # every step shape beyond the 0 and 1 Dynamo specialises on.
-            self.forward = torch.compile(
-                self.forward,
+            step = torch.compile(
+                step,
                 backend="inductor" if compile is True else compile,
                 fullgraph=True,
                 dynamic=True,
             )
+        if self.staged:
+            # The copy of the inputs runs before the (maybe compiled) step.
+            self._step = step
+            self.forward = self._staged_forward
+        elif compile:
+            self.forward = step
 
     def weight_bytes_per_token(self) -> int:
         """Bytes of weights one decode step reads (every matrix and norm
@@ -325,7 +419,10 @@ class LlamaModel:
         the rest the new tokens of `num_prefill` prefilling sequences (the
         `prefill_*` tables and `cum_seq_lens_q`, counted from the first
         prefill row). Returns the ``(num_logits, vocab)`` logits of the rows
-        listed in `logit_rows`, or with `all_logits` those of every row."""
+        listed in `logit_rows`, or with `all_logits` those of every row.
+
+        The inputs are the fields of `inputs` (`StepInputs`); on the device
+        path the caller writes `host_inputs` and this copies them first."""
         config = self.config
         eps = config.rms_norm_eps
         heads, kv_heads = config.num_heads, config.num_kv_heads
@@ -333,9 +430,10 @@ class LlamaModel:
         tokens = num_tokens
         q_size, kv_size = self.q_size, self.kv_size
 
-        token_ids = self.token_ids[:tokens]
-        positions = self.positions[:tokens]
-        slot_mapping = self.slot_mapping[:tokens]
+        inputs = self.inputs
+        token_ids = inputs.token_ids[:tokens]
+        positions = inputs.positions[:tokens]
+        slot_mapping = inputs.slot_mapping[:tokens]
         residual = self.residual[:tokens]
         hidden = self.hidden[:tokens]
         qkv = self.qkv[:tokens]
@@ -351,14 +449,14 @@ class LlamaModel:
         if decode:
             decode_query = query[:decode]
             decode_out = attention[:decode]
-            decode_tables = self.decode_block_tables[:decode]
-            decode_lens = self.decode_seq_lens[:decode]
+            decode_tables = inputs.decode_block_tables[:decode]
+            decode_lens = inputs.decode_seq_lens[:decode]
         if num_prefill:
             prefill_query = query[decode:]
             prefill_out = attention[decode:]
-            prefill_tables = self.prefill_block_tables[:num_prefill]
-            prefill_lens = self.prefill_seq_lens[:num_prefill]
-            prefill_cum = self.cum_seq_lens_q[: num_prefill + 1]
+            prefill_tables = inputs.prefill_block_tables[:num_prefill]
+            prefill_lens = inputs.prefill_seq_lens[:num_prefill]
+            prefill_cum = inputs.cum_seq_lens_q[: num_prefill + 1]
 
         ops.embedding(token_ids, self.embed_tokens, residual)
         ops.rms_norm(residual, self.layers[0].attn_norm, eps, hidden)
@@ -405,7 +503,9 @@ class LlamaModel:
         if all_logits:
             if self._all_logits is None:
                 self._all_logits = torch.empty(
-                    (self.max_tokens, config.vocab_size), dtype=self.dtype
+                    (self.max_tokens, config.vocab_size),
+                    dtype=self.dtype,
+                    device=self.device,
                 )
             logits = self._all_logits[:tokens]
             self.lm_head(hidden, logits)
@@ -416,6 +516,30 @@ class LlamaModel:
             self.lm_head(hidden, logits)
         else:
             # `embedding` gathers rows: the last token of each sequence.
-            ops.embedding(self.logit_rows[:num_logits], hidden, last_hidden)
+            ops.embedding(inputs.logit_rows[:num_logits], hidden, last_hidden)
             self.lm_head(last_hidden, logits)
         return logits
+
+    def _staged_forward(
+        self,
+        num_tokens: int,
+        num_decode: int,
+        num_prefill: int,
+        num_logits: int,
+        all_logits: bool = False,
+    ) -> torch.Tensor:
+        """`forward` on the device path: one copy of the host-written inputs
+        to the device (non-blocking from pinned memory), then the step."""
+        self.inputs.buffer.copy_(
+            self.host_inputs.buffer, non_blocking=self._non_blocking
+        )
+        if self._inputs_copied is not None:
+            self._inputs_copied.record()
+        return self._step(num_tokens, num_decode, num_prefill, num_logits, all_logits)
+
+    def wait_inputs(self) -> None:
+        """Blocks until the last step's copy of `host_inputs` has run, so the
+        host buffer may be rewritten (at once on the CPU path, and when the
+        step's results were read back since)."""
+        if self._inputs_copied is not None:
+            self._inputs_copied.synchronize()

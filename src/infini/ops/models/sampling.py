@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 import infini.ops as ops
+from infini.ops.core.devices import TRITON_INTERPRETER
 
 
 class Sampler:
@@ -14,15 +15,33 @@ class Sampler:
     largest logit of each row. Larger `top_k` or `top_p < 1` sample from the
     filtered softmax with a counter-based generator seeded by `seed` and
     advanced by one offset per step, so a run is reproducible.
+
+    `device` is the logits' device. The chosen tokens are written there and,
+    off the CPU (or under the Triton interpreter, whose CPU tensors stand in
+    for a GPU), copied back to a host buffer once per call. The `top_k` and
+    `top_p` tensors stay on the host, where the operator reads them.
     """
 
     def __init__(
-        self, max_rows: int, top_k: int = 1, top_p: float = 1.0, seed: int = 0
+        self,
+        max_rows: int,
+        top_k: int = 1,
+        top_p: float = 1.0,
+        seed: int = 0,
+        device: str | torch.device = "cpu",
     ) -> None:
+        device = torch.device(device)
         self.top_k = torch.tensor([top_k], dtype=torch.int32)
         self.top_p = torch.tensor([top_p], dtype=torch.float32)
-        self.tokens = torch.zeros(max_rows, dtype=torch.int32)
-        self.tokens_host = self.tokens.numpy()
+        self.tokens = torch.zeros(max_rows, dtype=torch.int32, device=device)
+        self.staged = device.type != "cpu" or TRITON_INTERPRETER
+        if self.staged:
+            self._host = torch.zeros(
+                max_rows, dtype=torch.int32, pin_memory=device.type == "cuda"
+            )
+        else:
+            self._host = self.tokens
+        self.tokens_host = self._host.numpy()
         self.seed = seed
         self.offset = 0
 
@@ -43,4 +62,7 @@ class Sampler:
             self.tokens[:rows],
         )
         self.offset += 1
+        if self.staged:
+            # A blocking copy: the host reads the tokens right after.
+            self._host[:rows].copy_(self.tokens[:rows])
         return self.tokens_host[:rows]

@@ -53,23 +53,26 @@ class Scheduler:
 
     def __init__(self, model: LlamaModel, sampler: Sampler | None = None) -> None:
         self.model = model
-        self.sampler = sampler or Sampler(model.max_seqs)
+        self.sampler = sampler or Sampler(model.max_seqs, device=model.device)
         self.waiting: list[Sequence] = []
         self.running: list[Sequence] = []
         self._next_id = 0
         eos = model.config.eos_token_id
         self.stop_token_ids = () if eos is None else (eos,)
         self.last_logits = None
-        # NumPy views of the model's step inputs.
-        self._token_ids = model.token_ids.numpy()
-        self._positions = model.positions.numpy()
-        self._slots = model.slot_mapping.numpy()
-        self._decode_tables = model.decode_block_tables.numpy()
-        self._decode_lens = model.decode_seq_lens.numpy()
-        self._prefill_tables = model.prefill_block_tables.numpy()
-        self._prefill_lens = model.prefill_seq_lens.numpy()
-        self._cum = model.cum_seq_lens_q.numpy()
-        self._logit_rows = model.logit_rows.numpy()
+        # NumPy views of the model's step inputs (host memory on every
+        # path; the model copies them to its device).
+        inputs = model.host_inputs
+        self._token_ids = inputs.token_ids.numpy()
+        self._positions = inputs.positions.numpy()
+        self._slots = inputs.slot_mapping.numpy()
+        self._decode_tables = inputs.decode_block_tables.numpy()
+        self._decode_lens = inputs.decode_seq_lens.numpy()
+        self._prefill_tables = inputs.prefill_block_tables.numpy()
+        self._prefill_lens = inputs.prefill_seq_lens.numpy()
+        self._cum = inputs.cum_seq_lens_q.numpy()
+        self._logit_rows = inputs.logit_rows.numpy()
+        self._staged = model.staged
 
     def add(
         self,
@@ -110,6 +113,9 @@ class Scheduler:
         (for tests), else those of the rows that produced a token."""
         model, cache = self.model, self.model.cache
         budget, seq_budget = model.max_tokens, model.max_seqs
+        if self._staged:
+            # The previous step's input copy may still be queued.
+            model.wait_inputs()
 
         decoding = [s for s in self.running if not s.prefilling]
         decoding = decoding[:seq_budget]
@@ -189,7 +195,7 @@ class Scheduler:
         for sequence in decoding:
             sequence.computed = sequence.length
         if all_logits:
-            logits = logits[self.model.logit_rows[:logit_count].long()]
+            logits = logits[model.inputs.logit_rows[:logit_count].long()]
         tokens = self.sampler(logits) if logit_count else []
 
         produced = []
