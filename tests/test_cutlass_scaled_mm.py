@@ -2,6 +2,7 @@ import pytest
 import torch
 
 import infini.ops
+from infini.ops.core.devices import TRITON_INTERPRETER
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -58,10 +59,23 @@ def _check(a, b, scale_a, scale_b, bias, dtype, out, implementation_index):
     torch.testing.assert_close(out, expected, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("m, k, n", SHAPES)
-@pytest.mark.parametrize("scale_kinds", SCALES)
-@pytest.mark.parametrize("with_bias", (False, True))
-@pytest.mark.parametrize("dtype", DTYPES)
+# Triton's interpreter spends milliseconds on each step of a kernel: under
+# it each (shape, scales, bias) combination runs in one dtype (a Latin
+# square: every pair of shape, scales, bias and dtype still meets).
+COMBINATIONS = [
+    pytest.param(
+        *shape, scales, with_bias, dtype, id=f"{shape}-{scales}-{with_bias}-{dtype}"
+    )
+    for shape_index, shape in enumerate(SHAPES)
+    for scales_index, scales in enumerate(SCALES)
+    for bias_index, with_bias in enumerate((False, True))
+    for dtype_index, dtype in enumerate(DTYPES)
+    if not TRITON_INTERPRETER
+    or (shape_index + scales_index + bias_index + dtype_index) % 3 == 0
+]
+
+
+@pytest.mark.parametrize("m, k, n, scale_kinds, with_bias, dtype", COMBINATIONS)
 def test_cutlass_scaled_mm(
     m, k, n, scale_kinds, with_bias, dtype, device, implementation_index
 ):
@@ -120,7 +134,51 @@ def test_cutlass_scaled_mm_output_overlapping_inputs(device, implementation_inde
     torch.testing.assert_close(out, expected, rtol=0, atol=0)
 
 
+# (m, k, n, programs wanted, the configuration expected): small products on
+# each GPU configuration of `products.gpu_product_config` for int8 (the
+# wanted program count lowered so that the large tiles are chosen).
+GPU_CONFIGURATIONS = (
+    (9, 300, 40, 264, (16, 16, 256)),
+    (3, 200, 70, 1, (16, 64, 256)),
+    (40, 130, 200, 1, (64, 128, 128)),
+    (70, 200, 150, 1, (128, 128, 128)),
+    (40, 100, 50, 264, (64, 64, 128)),
+)
+
+
+@pytest.mark.skipif(
+    not TRITON_INTERPRETER,
+    reason="runs the CUDA-like kernel's GPU configurations under Triton's "
+    "interpreter (INFINI_OPS_TRITON_INTERPRET=1)",
+)
+@pytest.mark.parametrize("m, k, n, programs, expected", GPU_CONFIGURATIONS, ids=str)
+def test_cutlass_scaled_mm_gpu_configurations(m, k, n, programs, expected, monkeypatch):
+    from infini.ops.native.cuda import products
+
+    monkeypatch.setattr(products, "product_config", products.gpu_product_config)
+    monkeypatch.setattr(products, "TARGET_PROGRAMS", programs)
+    a = torch.randint(-128, 128, (m, k), dtype=torch.int8)
+    b = torch.randint(-128, 128, (n, k), dtype=torch.int8).t()
+    scale_a = torch.rand(m, 1) / 64
+    scale_b = torch.rand(1, n) / 64
+    bias = torch.randn(n).bfloat16()
+    out = torch.empty(m, n, dtype=torch.bfloat16)
+    operator = infini.ops.CutlassScaledMm(
+        a, b, scale_a, scale_b, bias, torch.bfloat16, out
+    )
+    config = operator._operator.config
+    assert (config.block_m, config.block_n, config.block_k) == expected
+    operator(a, b, scale_a, scale_b, bias, torch.bfloat16, out)
+    expected_out = _reference(a, b, scale_a, scale_b, bias, torch.bfloat16)
+    torch.testing.assert_close(out, expected_out, rtol=0, atol=0)
+
+
 # Shapes no other test uses: the dispatcher builds a fresh operator for them.
+@pytest.mark.skipif(
+    TRITON_INTERPRETER,
+    reason="forces a tile of the CPU kernel, which the interpreter's runs "
+    "(CPU tensors standing for a GPU) do not reach",
+)
 @pytest.mark.parametrize("m, k, n", ((4, 131, 8), (3, 65, 5)))
 def test_cutlass_scaled_mm_portable_tile(m, k, n, monkeypatch):
     # The loop tile of CPUs without AVX-512 VNNI, forced on this one.

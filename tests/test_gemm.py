@@ -2,6 +2,7 @@ import pytest
 import torch
 
 import infini.ops
+from infini.ops.core.devices import TRITON_INTERPRETER
 from infini.ops.core.manifest import load_manifest
 from tests.utils import Payload, empty_strided, randn_strided
 
@@ -38,14 +39,33 @@ SCALARS = (
     (1.0, None, True, True),
 )
 
+# Triton's interpreter loads about ten million elements a second and spends
+# milliseconds on each step of a kernel: under it the cases keep their
+# layouts (strides included) at a smaller size, and each (case, scalars)
+# pair runs in one dtype (a Latin square: every pair of case, scalars and
+# dtype still meets).
+INTERPRETER_SIZES = {2048: 288, 320: 40, 256: 48}
+
+
+def _interpreter_case(case):
+    if not TRITON_INTERPRETER:
+        return case
+    shapes = tuple(
+        tuple(INTERPRETER_SIZES.get(size, size) for size in shape) for shape in case[:3]
+    )
+    return (*shapes, *case[3:])
+
 
 def _params():
-    for *case, smoke in CASES:
-        for scalars in SCALARS:
-            for dtype, rtol, atol in DTYPES:
-                # The original's smoke cases: float32, no transposes, alpha 1,
-                # beta 1 for a(1, 2048) b(2048, 2048) and 0 for the batched one.
-                beta = 1.0 if case[0] == (1, 2048) else 0.0
+    for case_index, (*case, smoke) in enumerate(CASES):
+        # The original's smoke cases: float32, no transposes, alpha 1, beta 1
+        # for a(1, 2048) b(2048, 2048) and 0 for the batched one.
+        beta = 1.0 if case[0] == (1, 2048) else 0.0
+        case = _interpreter_case(case)
+        for scalar_index, scalars in enumerate(SCALARS):
+            for dtype_index, (dtype, rtol, atol) in enumerate(DTYPES):
+                if TRITON_INTERPRETER and (case_index + scalar_index + dtype_index) % 3:
+                    continue
                 wanted = smoke and scalars == (1.0, beta, False, False)
                 marks = pytest.mark.smoke if wanted and dtype == torch.float32 else ()
                 yield pytest.param(*case, *scalars, dtype, rtol, atol, marks=marks)
@@ -156,11 +176,14 @@ def test_gemm_zero_size(m, k, n, device, implementation_index):
     assert torch.equal(y, torch.zeros(m, n, device=device))
 
 
+# 16: a few rows (the rows kernel of the CUDA-like slot under the
+# interpreter); 40: tiles.
+@pytest.mark.parametrize("size", [16, 40])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("target", ["a", "b"])
-def test_gemm_output_aliases_input(target, dtype, device, implementation_index):
-    a = torch.randn(16, 16, dtype=dtype, device=device)
-    b = torch.randn(16, 16, dtype=dtype, device=device)
+def test_gemm_output_aliases_input(target, dtype, size, device, implementation_index):
+    a = torch.randn(size, size, dtype=dtype, device=device)
+    b = torch.randn(size, size, dtype=dtype, device=device)
     expected = (a.float() @ b.float()).to(dtype)
     y = a if target == "a" else b
     _gemm(a, b, y, None, None, None, None, implementation_index)
@@ -177,6 +200,87 @@ def test_gemm_partially_overlapping_output_reads_inputs_first(
     y = storage[4 * 16 :].view(16, 16).t()  # overlaps most of `a`, transposed
     _gemm(a, b, y, None, None, None, None, implementation_index)
     assert torch.allclose(y, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_gemm_many_tiles(device, implementation_index):
+    # More tile rows than a band of the grouped tile order holds and
+    # partial tiles along both edges (with the interpreter's 64-wide tiles).
+    a = torch.randn(580, 60, device=device)
+    b = torch.randn(70, 60, device=device).t()
+    y = torch.empty(580, 70, device=device)
+    _gemm(a, b, y, -1.5, None, None, None, implementation_index)
+    expected = -1.5 * (a.double() @ b.double())
+    assert torch.allclose(y.double(), expected, rtol=1e-5, atol=1e-4)
+
+
+# (m, n, k, dtype, trans_b, programs wanted, the configuration expected):
+# small products on each GPU configuration of `products.gpu_product_config`
+# (the wanted program count lowered so that the large tiles are chosen).
+GPU_CONFIGURATIONS = (
+    (1, 6, 700, torch.float32, True, 264, ("rows", 1, 1, 256)),
+    (3, 40, 70, torch.bfloat16, False, 264, ("rows", 4, 16, 64)),
+    (2, 24, 600, torch.float16, True, 1, ("rows", 2, 4, 512)),
+    (4, 5, 70, torch.float64, True, 264, ("rows", 4, 1, 128)),
+    (12, 70, 300, torch.bfloat16, True, 264, ("tiles", 16, 16, 128)),
+    (9, 70, 50, torch.float16, False, 1, ("tiles", 16, 64, 64)),
+    (100, 150, 200, torch.bfloat16, True, 1, ("tiles", 128, 128, 64)),
+    (40, 200, 70, torch.float16, False, 1, ("tiles", 64, 128, 64)),
+    (40, 50, 130, torch.bfloat16, False, 264, ("tiles", 64, 64, 64)),
+    (20, 100, 50, torch.float32, True, 264, ("tiles", 64, 64, 16)),
+    (14, 40, 40, torch.float32, False, 264, ("tiles", 16, 16, 32)),
+    (20, 40, 50, torch.float64, False, 264, ("tiles", 32, 32, 16)),
+)
+
+
+@pytest.mark.skipif(
+    not TRITON_INTERPRETER,
+    reason="runs the CUDA-like kernel's GPU configurations under Triton's "
+    "interpreter (INFINI_OPS_TRITON_INTERPRET=1)",
+)
+@pytest.mark.parametrize(
+    "m, n, k, dtype, trans_b, programs, expected", GPU_CONFIGURATIONS, ids=str
+)
+def test_gemm_gpu_configurations(
+    m, n, k, dtype, trans_b, programs, expected, monkeypatch
+):
+    from infini.ops.native.cuda import products
+
+    monkeypatch.setattr(products, "product_config", products.gpu_product_config)
+    monkeypatch.setattr(products, "TARGET_PROGRAMS", programs)
+    a = torch.randn(m, k, dtype=dtype)
+    b = torch.randn(n, k, dtype=dtype) if trans_b else torch.randn(k, n, dtype=dtype)
+    y = torch.empty(m, n, dtype=dtype)
+    operator = infini.ops.Gemm(a, b, None, 0.75, None, 0, int(trans_b), y)
+    config = operator._operator.plan.config
+    assert (config.kernel, config.block_m, config.block_n, config.block_k) == expected
+    operator(a, b, None, 0.75, None, 0, int(trans_b), y)
+    reference = 0.75 * (a.double() @ _op(b, trans_b).double())
+    tolerance = 1e-12 if dtype == torch.float64 else 1e-5
+    if dtype in (torch.float16, torch.bfloat16):
+        reference = reference.to(dtype).double()
+        tolerance = 1e-2
+    assert torch.allclose(y.double(), reference, rtol=tolerance, atol=tolerance)
+
+
+@pytest.mark.skipif(
+    not TRITON_INTERPRETER,
+    reason="forces the CUDA-like kernels' 64-bit offsets under Triton's "
+    "interpreter (INFINI_OPS_TRITON_INTERPRET=1)",
+)
+@pytest.mark.parametrize("m", [3, 40])
+def test_gemm_int64_offsets(m, monkeypatch):
+    # Operands past 2**31 elements take 64-bit index arithmetic (`LARGE`);
+    # a lowered limit runs that code on a small product.
+    from infini.ops.native.cuda import products
+
+    monkeypatch.setattr(products, "INT32_LIMIT", 1)
+    a = torch.randn(m, 70)
+    b = torch.randn(50, 70).t()
+    y = torch.empty(m, 50)
+    operator = infini.ops.Gemm(a, b, None, 2.0, None, 0, 0, y)
+    assert operator._operator.plan._launch.constexprs["LARGE"]
+    operator(a, b, None, 2.0, None, 0, 0, y)
+    assert torch.allclose(y, 2.0 * (a @ b), rtol=1e-5, atol=1e-5)
 
 
 def test_gemm_class_builds_once_and_runs(device):
