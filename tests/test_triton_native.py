@@ -111,6 +111,7 @@ def test_native_kernels_compile_for_sm90(op, number):
     float operands, and products use tensor cores (docs/architecture.md,
     "Static checks of the CUDA-like kernels")."""
     example, kernels = _compile(op, number)
+    reports = []
     for compiled in kernels:
         assert compiled.asm["cubin"]
         report = sm90.inspect_compiled(compiled)
@@ -118,10 +119,13 @@ def test_native_kernels_compile_for_sm90(op, number):
             f"{report.name} spills {report.spill_bytes} bytes "
             f"({report.registers} registers)"
         )
-        if example.kind == sm90.PRODUCT:
-            assert report.tensor_cores, f"{report.name} has no mma/wgmma"
+        reports.append(report)
+    # An operator may launch helpers beside its main kernel (zeroing an
+    # output, quantising activations): the main one must show the property.
+    if example.kind == sm90.PRODUCT:
+        assert any(r.tensor_cores for r in reports), f"`{op}` has no mma/wgmma"
     if example.kind == sm90.MEMORY:
-        widest = max(sm90.inspect_compiled(c).widest_load for c in kernels)
+        widest = max(r.widest_load for r in reports)
         assert widest >= 128, f"`{op}` loads at most {widest} bits at a time"
 
 
