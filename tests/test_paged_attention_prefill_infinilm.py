@@ -2,6 +2,7 @@ import pytest
 import torch
 
 import infini.ops
+from infini.ops.core.devices import TRITON_INTERPRETER
 from tests.test_paged_attention_infinilm import DTYPES, make_cache, make_tables
 from tests.test_paged_attention_infinilm import reference as _reference
 from tests.utils import Payload, empty_strided
@@ -13,6 +14,14 @@ CASES = (
     ((1, 13, 70), (1, 20, 75), 8, 8, 64, 8, True, False),
     ((0, 70, 2), (3, 70, 9), 4, 2, 64, 16, False, False),
 )
+if TRITON_INTERPRETER:
+    # Triton's interpreter runs a program per (query tile, kv head) as NumPy
+    # steps: fewer heads, with the same grouping, head sizes and sequences.
+    CASES = (
+        ((1, 13, 33), (5, 13, 40), 8, 2, 128, 16, False, True),
+        ((1, 13, 70), (1, 20, 75), 2, 2, 64, 8, True, False),
+        ((0, 70, 2), (3, 70, 9), 4, 2, 64, 16, False, False),
+    )
 
 
 def _params():
@@ -100,6 +109,55 @@ def test_paged_attention_prefill_infinilm_int64_indices(device, implementation_i
     assert torch.allclose(out.double(), expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype, rtol, atol", DTYPES)
+def test_paged_attention_prefill_infinilm_cached_prefixes_and_odd_groups(
+    dtype, rtol, atol, device, implementation_index
+):
+    """Queries behind long cached prefixes (key blocks every query row sees,
+    which kernels may run unmasked), a sequence without queries, three
+    query heads per kv head, a head size that is no power of two, ALiBi,
+    and more sequences than one step of a search over them."""
+    query_lens, seq_lens = (60, 0, 3, 1, 17, 2), (200, 5, 3, 40, 17, 130)
+    heads, kv_heads, head_size, block_size = 6, 2, 40, 16
+    max_blocks = -(-max(seq_lens) // block_size)
+    blocks = sum(-(-n // block_size) for n in seq_lens) + 2
+    k_cache = make_cache(blocks, kv_heads, block_size, head_size, dtype)
+    v_cache = make_cache(blocks, kv_heads, block_size, head_size, dtype, "HND")
+    tables = make_tables(seq_lens, block_size, max_blocks, blocks)
+    lengths = torch.tensor(seq_lens, dtype=torch.int32)
+    cum = _cumulative(query_lens)
+    q = torch.randn(sum(query_lens), heads, head_size, dtype=dtype)
+    slopes = torch.rand(heads)
+    args = [t.to(device) for t in (q, k_cache, v_cache, tables, lengths, cum, slopes)]
+    out = torch.empty_like(args[0])
+    _prefill(*args, 0.2, out, implementation_index)
+    expected = _reference(*args, 0.2)
+    torch.testing.assert_close(out.double(), expected, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("overlap", ("same", "shifted"))
+def test_paged_attention_prefill_infinilm_out_overlapping_q(
+    overlap, device, implementation_index
+):
+    """`out` may be `q` itself; an `out` that overlaps `q` other than element
+    for element still gets the attention of the original queries."""
+    query_lens, seq_lens = (5, 12), (9, 12)
+    k_cache = make_cache(4, 2, 16, 32, torch.float32).to(device)
+    v_cache = make_cache(4, 2, 16, 32, torch.float32).to(device)
+    tables = make_tables(seq_lens, 16, 2, 4).to(device)
+    lengths = torch.tensor(seq_lens, dtype=torch.int32, device=device)
+    cum = _cumulative(query_lens).to(device)
+    buffer = torch.randn(18, 4, 32, device=device)
+    if overlap == "same":
+        q = out = buffer[:17]
+    else:
+        q, out = buffer[1:], buffer[:17]
+    expected = _reference(q.clone(), k_cache, v_cache, tables, lengths, cum, None, 0.3)
+    _prefill(q, k_cache, v_cache, tables, lengths, cum, None, 0.3, out,
+             implementation_index)  # fmt: skip
+    torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
+
+
 def test_paged_attention_prefill_infinilm_no_tokens(device, implementation_index):
     k_cache = torch.randn(2, 2, 16, 64, device=device)
     tables = torch.zeros(2, 1, dtype=torch.int32, device=device)
@@ -118,13 +176,17 @@ def test_paged_attention_prefill_infinilm_no_tokens(device, implementation_index
         ((0, 1, 3), (5, 5), r"`cum_seq_lens_q\[2\]` is 3; it must be 4"),
         ((0, 3, 4), (2, 5), r"sequence 0 has 3 query tokens but `seq_lens\[0\]` is 2"),
         ((0, 3, 4), (5, 99), r"`seq_lens\[1\]` is 99, out of the range \[0, 32\]"),
+        ((0, 3, 4), (5, 17), r"`block_tables\[1, 1\]` is 4, out of the range \[0, 4\)"),
+        ((0, 3, 4), (-2, 5), r"`seq_lens\[0\]` is -2"),
     ],
 )
 def test_paged_attention_prefill_infinilm_rejects_bad_indices_without_writing(
     cum, seq_lens, match, device
 ):
     k_cache = torch.randn(4, 2, 16, 64, device=device)
-    tables = torch.tensor([[0, 1], [2, 3]], dtype=torch.int32, device=device)
+    # Only the second block of the second sequence is out of range, and it
+    # is read only when that sequence is longer than one block.
+    tables = torch.tensor([[0, 1], [2, 4]], dtype=torch.int32, device=device)
     lengths = torch.tensor(seq_lens, dtype=torch.int32, device=device)
     cum = torch.tensor(cum, dtype=torch.int32, device=device)
     q = torch.randn(4, 4, 64, device=device)

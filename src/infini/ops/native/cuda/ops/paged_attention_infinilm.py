@@ -9,11 +9,13 @@ online softmax in float32: the running maximum, the running sum and
 the float32 accumulator are rescaled per chunk, and the row is divided and
 rounded once at the end. A sequence of length 0 gives zeros.
 
-`block_tables` and `seq_lens` are checked before the launch
-(`check_indices`, a scan on the device): a bad value raises `ValueError`
-and nothing is written. `out` may be `q` itself (a program reads its query
-row before it writes the same row); any other overlap with an input is
-computed into a staging buffer.
+The cache layout, the index check and the overlap handling are shared with
+the prefill kernel (`native/cuda/attention.py`): `block_tables` and
+`seq_lens` are checked before the launch (`check_paged_indices`, reductions
+on the device and one transfer): a bad value raises `ValueError` and nothing
+is written. `out` may be `q` itself (a program reads its query row before it
+writes the same row); any other overlap with an input is computed into a
+staging buffer.
 """
 
 from __future__ import annotations
@@ -24,6 +26,11 @@ import triton.language as tl
 from infini.ops.base.paged_attention_infinilm import PagedAttentionInfinilm
 from infini.ops.core.registry import implementation
 from infini.ops.core.streams import stream_context
+from infini.ops.native.cuda.attention import (
+    cache_slots,
+    check_paged_indices,
+    launch_or_stage,
+)
 from infini.ops.native.cuda.elementwise import load_or_zero, store_as
 from infini.ops.native.cuda.special import exp_float32
 from infini.ops.runtime.triton import (
@@ -33,7 +40,6 @@ from infini.ops.runtime.triton import (
     Pointer,
     next_power_of_two,
     require_device,
-    staging_like,
 )
 
 # Elements of a step's (query heads x tokens x features) product: cached
@@ -106,12 +112,13 @@ def paged_attention_kernel(
     for start in range(0, length, KV_BLOCK):
         token = start + tokens
         token_mask = token < length
-        block = tl.load(
-            block_tables + seq * table_stride0 + (token // block_size) * table_stride1,
-            mask=token_mask,
-            other=0,
-        ).to(tl.int64)
-        offset = token % block_size
+        block, offset = cache_slots(
+            block_tables + seq * table_stride0,
+            table_stride1,
+            token,
+            token_mask,
+            block_size,
+        )
         mask = token_mask[:, None] & feature_mask[None, :]
         keys = load_or_zero(
             k_head
@@ -212,13 +219,7 @@ class CudaPagedAttentionInfinilm(PagedAttentionInfinilm):
         if self.seqs == 0 or self.heads == 0:
             return
         with stream_context(self.device, stream):
-            self.check_indices(block_tables, seq_lens)
+            check_paged_indices(self, block_tables, seq_lens)
         slopes = alibi_slopes if alibi_slopes is not None else q
         tensors = (q, k_cache, v_cache, block_tables, seq_lens, slopes)
-        if self.overlap(out, (q, k_cache, v_cache)):
-            with stream_context(self.device, stream):
-                staging = staging_like(out)
-                self._launch(stream, staging, *tensors)
-                out.copy_(staging)
-            return
-        self._launch(stream, out, *tensors)
+        launch_or_stage(self, self._launch, stream, out, (q, k_cache, v_cache), tensors)
