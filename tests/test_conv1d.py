@@ -24,6 +24,8 @@ CASES = (
     ((1, 3, 10), (2, 3, 3), [1], "valid", [1], 1, True),
     ((4, 9), (5, 4, 3), [1], [1], [1], 1, True),
     ((0, 3, 6), (2, 3, 3), [1], [1], [1], 1, True),
+    # 16 or more input channels per group (channel blocks on GPUs).
+    ((2, 20, 9), (24, 20, 3), [2], [2], [1], 1, True),
     # Depthwise with two outputs per channel, enough work to run in parallel.
     ((2, 64, 700), (128, 1, 3), [1], [1], [1], 64, True),
 )

@@ -3,6 +3,7 @@ import torch
 import torch.nn.functional as F
 
 import infini.ops
+from infini.ops.core.devices import TRITON_INTERPRETER
 from tests._convolution import (
     DTYPE_IDS,
     DTYPES,
@@ -25,6 +26,10 @@ CASES = (
     ((1, 3, 6, 5), (2, 3, 3, 3), [3], "valid", [1], 1, False),
     ((0, 3, 6, 5), (2, 3, 3, 3), [1], [1], [1], 1, True),
     ((6, 5, 7), (4, 3, 3, 3), [1], [1], [1], 2, True),
+    # 16 or more input channels per group: the GPU kernel walks each tap's
+    # channels in blocks (two blocks per tap for 72 channels).
+    ((1, 32, 5, 6), (8, 16, 3, 3), [1, 2], [1], [2, 1], 2, True),
+    ((2, 72, 4, 5), (6, 72, 2, 3), [1], [1, 0], [1], 1, False),
 )
 
 
@@ -130,6 +135,80 @@ def test_conv2d_layouts(
             float("nan")
         )
     _call(input, weight, bias, [1], padding, [1], groups, out, implementation_index)
+    assert_matches(out, expected, dtype, rtol)
+
+
+@pytest.mark.parametrize("dtype, rtol", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize(
+    "layout, out_layout, groups",
+    (("channels_last", "strided", 1), ("strided", "channels_last", 2)),
+)
+def test_conv2d_channel_blocks_layouts(
+    layout, out_layout, groups, dtype, rtol, device, implementation_index
+):
+    # 32 input channels: channel blocks on GPUs, contiguous along the
+    # channels in the channels-last layout, scattered in the strided one.
+    input = random_tensor((2, 32, 4, 5), dtype, device, layout)
+    weight = random_tensor((6, 32 // groups, 3, 3), dtype, device, layout)
+    bias = random_tensor((6,), dtype, device, "strided")
+    expected = F.conv2d(
+        input.cpu().double(),
+        weight.cpu().double(),
+        bias.cpu().double(),
+        (1, 2),
+        1,
+        (2, 1),
+        groups,
+    )
+    out = empty_out(expected.shape, dtype, device, out_layout)
+    if out_layout == "channels_last":
+        out = random_tensor(expected.shape, dtype, device, out_layout).fill_(
+            float("nan")
+        )
+    _call(input, weight, bias, [1, 2], [1], [2, 1], groups, out, implementation_index)
+    assert_matches(out, expected, dtype, rtol)
+
+
+@pytest.mark.parametrize("dtype, rtol", DTYPES[::2], ids=DTYPE_IDS[::2])
+@pytest.mark.parametrize(
+    "input_shape, weight_shape, groups",
+    # The flat walk, channel blocks, and the direct (depthwise) walk.
+    (
+        ((2, 4, 6, 7), (6, 4, 3, 3), 1),
+        ((1, 32, 4, 5), (6, 16, 3, 2), 2),
+        ((1, 4, 5, 6), (8, 1, 3, 3), 4),
+    ),
+)
+def test_conv2d_32_bit_offsets(
+    input_shape,
+    weight_shape,
+    groups,
+    dtype,
+    rtol,
+    device,
+    implementation_index,
+    monkeypatch,
+):
+    if not TRITON_INTERPRETER:
+        pytest.skip(
+            "the GPU kernel's 32-bit offsets, which only Triton's interpreter "
+            "checks for overflow"
+        )
+    from infini.ops.native.cuda import convolution
+
+    monkeypatch.setattr(convolution, "INTERPRETER_LONG_OFFSETS", False)
+    infini.ops.Conv2d.clear_cache()
+    input = random_tensor(input_shape, dtype, device, "channels_last")
+    weight = random_tensor(weight_shape, dtype, device)
+    bias = random_tensor(weight_shape[:1], dtype, device)
+    expected = F.conv2d(
+        input.double(), weight.double(), bias.double(), (2, 1), 1, (1, 2), groups
+    )
+    out = empty_out(expected.shape, dtype, device, "strided")
+    try:
+        _call(input, weight, bias, [2, 1], [1], [1, 2], groups, out, 0)
+    finally:
+        infini.ops.Conv2d.clear_cache()
     assert_matches(out, expected, dtype, rtol)
 
 

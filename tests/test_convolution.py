@@ -2,6 +2,7 @@ import pytest
 import torch
 
 import infini.ops
+from infini.ops.core.devices import TRITON_INTERPRETER
 from tests._convolution import (
     DTYPE_IDS,
     DTYPES,
@@ -27,6 +28,10 @@ CASES = (
     ((2, 3, 3, 4, 4), (3, 2, 3, 3, 3), [2], [1], [1], True, [1], 1, True),
     ((1, 4, 6), (4, 5, 1), [1], [0], [1], True, [0], 1, False),
     ((0, 4, 6), (4, 5, 3), [2], [0], [1], True, [0], 1, True),
+    # 16 or more input channels per group (channel blocks on GPUs).
+    ((1, 32, 4, 5), (32, 3, 3, 3), [2], [1], [1], True, [1], 2, True),
+    ((1, 16, 5), (16, 4, 3), [3], [1], [2], True, [2], 1, False),
+    ((1, 16, 5, 4), (4, 16, 3, 1), [2, 1], [1, 0], [1], False, [0], 1, True),
 )
 
 
@@ -136,6 +141,44 @@ def test_convolution_transposed_tiles(
     weight = random_tensor((4, 3, 3), dtype, device)
     bias = random_tensor((3,), dtype, device)
     arguments = ([2], [1], [1], True, [1], 1)
+    expected = _reference(input, weight, bias, *arguments)
+    out = empty_out(expected.shape, dtype, device)
+    try:
+        _call(input, weight, bias, *arguments, out, 0)
+    finally:
+        infini.ops.Convolution.clear_cache()
+    assert_matches(out, expected, dtype, rtol)
+
+
+@pytest.mark.parametrize("dtype, rtol", DTYPES[::2], ids=DTYPE_IDS[::2])
+@pytest.mark.parametrize(
+    "input_shape, weight_shape, groups",
+    # Transposed: the flat walk and channel blocks.
+    (((1, 4, 5, 6), (4, 3, 3, 3), 1), ((1, 32, 3, 4), (32, 3, 3, 2), 2)),
+)
+def test_convolution_32_bit_offsets(
+    input_shape,
+    weight_shape,
+    groups,
+    dtype,
+    rtol,
+    device,
+    implementation_index,
+    monkeypatch,
+):
+    if not TRITON_INTERPRETER:
+        pytest.skip(
+            "the GPU kernel's 32-bit offsets, which only Triton's interpreter "
+            "checks for overflow"
+        )
+    from infini.ops.native.cuda import convolution
+
+    monkeypatch.setattr(convolution, "INTERPRETER_LONG_OFFSETS", False)
+    infini.ops.Convolution.clear_cache()
+    input = random_tensor(input_shape, dtype, device, "channels_last")
+    weight = random_tensor(weight_shape, dtype, device)
+    bias = random_tensor((weight_shape[1] * groups,), dtype, device)
+    arguments = ([2, 1], [1], [1, 2], True, [1, 0], groups)
     expected = _reference(input, weight, bias, *arguments)
     out = empty_out(expected.shape, dtype, device)
     try:

@@ -1,0 +1,22 @@
+"""CUDA-like `conv2d` (slot 0) in Triton: the implicit-GEMM convolution
+kernel of `native/cuda/convolution.py`."""
+
+from __future__ import annotations
+
+from infini.ops.base.conv2d import Conv2d
+from infini.ops.core.registry import implementation
+from infini.ops.native.cuda.convolution import ConvolutionLaunch
+from infini.ops.runtime.triton import require_device
+
+
+@implementation(operator="conv2d", devices="cuda_like", slot=0)
+class CudaConv2d(Conv2d):
+    def __init__(self, args) -> None:
+        super().__init__(args)
+        require_device(self.name, self.device)
+        self.plan = ConvolutionLaunch(
+            self, args.input, args.weight, args.bias, args.out
+        )
+
+    def launch(self, stream, input, weight, bias, out) -> None:
+        self.plan(stream, input, weight, bias, out)
