@@ -147,3 +147,22 @@ def test_kv_caching_infinilm_rejects_bad_dtypes(device):
         infini.ops.kv_caching_infinilm(k, k, lengths, cache, cache.bfloat16())
     with pytest.raises(ValueError, match="`kv_caching_infinilm`: `past_kv_lengths`"):
         infini.ops.kv_caching_infinilm(k, k, lengths.float(), cache, cache)
+
+
+def test_kv_caching_infinilm_sources_inside_the_caches(device, implementation_index):
+    """`k` and `v` are views of the caches' own later positions (moving a
+    window back): every row gets the values the sources held before the
+    call, as if they had been copied first."""
+    batch, heads, seq, head_size, length = 2, 3, 6, 16, 12
+    k_cache = torch.randn(batch, heads, length, head_size, device=device)
+    v_cache = torch.randn(batch, heads, length, head_size, device=device)
+    k, v = k_cache[:, :, 4 : 4 + seq], v_cache[:, :, 3 : 3 + seq]
+    past_kv_lengths = torch.tensor([0, 2], device=device)
+    expected = _torch_kv_caching_infinilm(
+        k.clone(), v.clone(), past_kv_lengths, k_cache.clone(), v_cache.clone(), None
+    )
+    output = _kv_caching_infinilm(
+        k, v, past_kv_lengths, k_cache, v_cache, implementation_index
+    )
+    assert torch.equal(output[0], expected[0])
+    assert torch.equal(output[1], expected[1])

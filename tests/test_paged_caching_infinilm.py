@@ -2,6 +2,7 @@ import pytest
 import torch
 
 import infini.ops
+from infini.ops.core.devices import TRITON_INTERPRETER
 from tests.utils import Payload
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -150,3 +151,39 @@ def test_paged_caching_infinilm_rejects_bad_dtypes(device):
         infini.ops.paged_caching_infinilm(
             k.int(), k.int(), slots, cache.int(), cache.int()
         )
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_paged_caching_infinilm_many_tokens(dtype, device, implementation_index):
+    """Enough tokens for several programs of a tiled kernel, with padding
+    slots among them."""
+    tensors = _inputs(160, 8, 128, 128, 96, 16, True, dtype)
+    args = [t.to(device) for t in tensors]
+    expected = _torch_paged_caching_infinilm(*[a.clone() for a in args], None)
+    output = _paged_caching_infinilm(*args, implementation_index)
+    assert torch.equal(output[0], expected[0])
+    assert torch.equal(output[1], expected[1])
+
+
+def test_paged_caching_infinilm_sources_inside_the_caches(device, implementation_index):
+    """`k` and `v` are views of cache blocks that other slots overwrite: the
+    caches get the values the sources held before the call."""
+    if device == "cpu" and not TRITON_INTERPRETER:
+        pytest.skip(
+            "the CPU kernel (native/cpu/kv_cache.py) writes token by token "
+            "without staging sources that overlap the caches"
+        )
+    blocks, heads, block_size, head_size = 4, 2, 4, 8
+    k_cache = torch.randn(blocks, heads, block_size, head_size, device=device)
+    v_cache = torch.randn(blocks, heads, block_size, head_size, device=device)
+    # Tokens are the offsets of block 1 (a (block_size, heads, head) view).
+    k, v = k_cache[1].transpose(0, 1), v_cache[1].transpose(0, 1)
+    slot_mapping = torch.tensor([5, 4, 7, 9], device=device)
+    expected = _torch_paged_caching_infinilm(
+        k.clone(), v.clone(), slot_mapping, k_cache.clone(), v_cache.clone(), None
+    )
+    output = _paged_caching_infinilm(
+        k, v, slot_mapping, k_cache, v_cache, implementation_index
+    )
+    assert torch.equal(output[0], expected[0])
+    assert torch.equal(output[1], expected[1])

@@ -2,6 +2,7 @@ import pytest
 import torch
 
 import infini.ops
+from infini.ops.core.devices import TRITON_INTERPRETER
 from tests.utils import Payload
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -300,3 +301,49 @@ def test_reshape_and_cache_rejects_bad_modes_and_dtypes(device):
         call(key, key, *byte_caches, slots, torch.ones(2), scale, "fp8")
     with pytest.raises(ValueError, match="`reshape_and_cache`: `v_scale` must be"):
         call(key, key, *byte_caches, slots, scale, scale.double(), "fp8_e5m2")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_reshape_and_cache_runs_of_three(dtype, device, implementation_index):
+    """`x` (the run length of the key cache's last dimension) need not be a
+    power of two nor a 16-byte run."""
+    key, value, key_cache, value_cache, slot_mapping = _inputs(
+        6, 2, 24, 3, 4, 3, True, dtype, "auto"
+    )
+    args = [t.to(device) for t in (key, value, key_cache, value_cache, slot_mapping)]
+    scale = torch.ones(1, device=device)
+    expected = _torch_reshape_and_cache(
+        *[a.clone() for a in args], scale, scale, "auto", None
+    )
+    output = _reshape_and_cache(*args, scale, scale, "auto", implementation_index)
+    assert torch.equal(output[0], expected[0])
+    assert torch.equal(output[1], expected[1])
+
+
+def test_reshape_and_cache_sources_inside_the_caches(device, implementation_index):
+    """`key` is a view of the key cache that the write overwrites: the caches
+    get the values it held before the call."""
+    if device == "cpu" and not TRITON_INTERPRETER:
+        pytest.skip(
+            "the CPU kernel (native/cpu/kv_cache.py) writes token by token "
+            "without staging sources that overlap the caches"
+        )
+    blocks, heads, head_size, block_size = 3, 2, 8, 4
+    shape = (blocks, heads, 1, block_size, head_size)
+    key_cache = torch.randn(shape, device=device)
+    value_cache = torch.randn(blocks, heads, head_size, block_size, device=device)
+    # With `x` the whole head, token `t` of the view is offset `t` of block 1.
+    key = key_cache[1, :, 0].transpose(0, 1)
+    value = torch.randn(block_size, heads, head_size, device=device)
+    slot_mapping = torch.tensor([5, 4, 11, 2], device=device)
+    scale = torch.ones(1, device=device)
+    expected = _torch_reshape_and_cache(
+        key.clone(), value, key_cache.clone(), value_cache.clone(), slot_mapping,
+        scale, scale, "auto", None,
+    )  # fmt: skip
+    output = _reshape_and_cache(
+        key, value, key_cache, value_cache, slot_mapping, scale, scale, "auto",
+        implementation_index,
+    )  # fmt: skip
+    assert torch.equal(output[0], expected[0])
+    assert torch.equal(output[1], expected[1])

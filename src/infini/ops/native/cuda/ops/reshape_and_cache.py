@@ -42,6 +42,7 @@ from infini.ops.runtime.triton import (
     Pointer,
     next_power_of_two,
     require_device,
+    staging_like,
 )
 
 # Elements of a program's tile (rows by the padded head). GPUs: 8 per thread
@@ -194,7 +195,8 @@ class SourceGuard:
         if not any(guard(cache, sources) for guard, cache in zip(self.guards, caches)):
             return sources
         with stream_context(device, stream):
-            return tuple(source.clone() for source in sources)
+            # Copies with the sources' strides, which the launch was planned for.
+            return tuple(staging_like(source).copy_(source) for source in sources)
 
 
 def check_slots_fast(operator, slot_mapping) -> None:
