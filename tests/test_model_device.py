@@ -230,7 +230,9 @@ def run(checkpoint: LlamaCheckpoint, device: str) -> dict:
             if joins == step:
                 sequences.append(scheduler.add(prompt, new_tokens, ()))
         for row, (sequence, _) in enumerate(scheduler.step()):
-            logits = scheduler.last_logits[row].float().cpu().numpy()
+            # A copy: `last_logits` is a view of a buffer the next step reuses.
+            logits = scheduler.last_logits[row].to("cpu", torch.float32, copy=True)
+            logits = logits.numpy()
             rows.setdefault(sequence.seq_id, []).append(logits)
         step += 1
     result = {}

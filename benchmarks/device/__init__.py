@@ -1,0 +1,1 @@
+"""The device check: one prepared script for a bare GPU machine (`run.py`)."""
