@@ -125,3 +125,24 @@ def check_product(out, x, weight_values):
     exact = x.double() @ weight_values.double().T
     slack = tolerance + activation_error
     assert bool(((out.double().cpu() - exact).abs() <= slack).all())
+
+
+TYPES = (2, 3, 6, 7, 8, 10, 11, 12, 13, 14)
+
+
+def odd_columns(quant_type: int) -> int:
+    """Three blocks of `quant_type`: a row whose blocks (and groups) do not
+    fill a power-of-two tile, so the kernels' last step is partial."""
+    return 3 * GGML_TYPES[quant_type].block_elements
+
+
+def check_non_finite_tokens(out, x, weight_values, bad_tokens):
+    """The tokens in `bad_tokens` (each with a NaN or an infinity among its
+    activations) give non-finite results in every column; the others are
+    checked as usual."""
+    for token in range(out.shape[0]):
+        row = out[token : token + 1]
+        if token in bad_tokens:
+            assert not torch.isfinite(row).any()
+        else:
+            check_product(row, x[token : token + 1], weight_values)

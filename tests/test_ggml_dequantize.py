@@ -2,9 +2,15 @@ import pytest
 import torch
 
 import infini.ops
-from tests._ggml import FLOAT_DTYPES, blocks, dequantized, smollm2_blocks
-
-TYPES = (2, 3, 6, 7, 8, 10, 11, 12, 13, 14)
+from infini.ops.core.devices import TRITON_INTERPRETER
+from tests._ggml import (
+    FLOAT_DTYPES,
+    TYPES,
+    blocks,
+    dequantized,
+    odd_columns,
+    smollm2_blocks,
+)
 
 
 @pytest.mark.parametrize("quant_type", TYPES)
@@ -47,6 +53,57 @@ def test_ggml_dequantize_strided_and_leading_rows(
     expected = dequantized(weight[:257], quant_type)
     torch.testing.assert_close(out[:, :512].cpu(), expected, rtol=0, atol=0)
     assert torch.isnan(out[:, 512:]).all()
+
+
+@pytest.mark.parametrize("quant_type", TYPES)
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16))
+def test_ggml_dequantize_odd_block_counts(
+    quant_type, dtype, device, implementation_index
+):
+    # Three blocks per row: the last tile of a row is partial.
+    cols = odd_columns(quant_type)
+    weight = blocks(quant_type, 3, cols, seed=quant_type + 20)
+    out = torch.full((3, cols), float("nan"), dtype=dtype, device=device)
+    infini.ops.ggml_dequantize(
+        weight.to(device),
+        quant_type,
+        3,
+        cols,
+        out,
+        implementation_index=implementation_index,
+    )
+    expected = dequantized(weight, quant_type).to(dtype)
+    torch.testing.assert_close(out.cpu(), expected, rtol=0, atol=0)
+
+
+def test_ggml_dequantize_out_overlaps_weight(request, device, implementation_index):
+    # The packed bytes live in the first rows of `out`'s memory: the result
+    # is as if the weight had been read before anything was written.
+    if device == "cpu" and not TRITON_INTERPRETER:
+        request.applymarker(
+            pytest.mark.xfail(
+                strict=True,
+                reason="the CPU kernel writes rows of `out` over weight rows it "
+                "has not read yet (no staging for an overlapping `out`)",
+            )
+        )
+    weight = blocks(8, 4, 64, seed=1)
+    storage = torch.zeros(4 * 64 * 4, dtype=torch.uint8, device=device)
+    storage[: weight.numel()] = weight.reshape(-1).to(device)
+    packed = storage[: weight.numel()].view(4, 68)
+    out = storage.view(torch.float32).view(4, 64)
+    infini.ops.ggml_dequantize(
+        packed, 8, 4, 64, out, implementation_index=implementation_index
+    )
+    torch.testing.assert_close(out.cpu(), dequantized(weight, 8), rtol=0, atol=0)
+
+
+def test_ggml_dequantize_no_rows(device, implementation_index):
+    weight = blocks(12, 2, 256)
+    out = torch.empty(0, 256, device=device)
+    infini.ops.ggml_dequantize(
+        weight.to(device), 12, 0, 256, out, implementation_index=implementation_index
+    )
 
 
 @pytest.mark.parametrize(

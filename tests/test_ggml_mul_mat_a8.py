@@ -2,9 +2,17 @@ import pytest
 import torch
 
 import infini.ops
-from tests._ggml import FLOAT_DTYPES, blocks, check_product, dequantized, smollm2_blocks
-
-TYPES = (2, 3, 6, 7, 8, 10, 11, 12, 13, 14)
+from infini.ops.core.devices import TRITON_INTERPRETER
+from tests._ggml import (
+    FLOAT_DTYPES,
+    TYPES,
+    blocks,
+    check_non_finite_tokens,
+    check_product,
+    dequantized,
+    odd_columns,
+    smollm2_blocks,
+)
 
 
 def _run(weight, x, quant_type, row, out, implementation_index):
@@ -32,8 +40,10 @@ def test_ggml_mul_mat_a8(quant_type, tokens, device, implementation_index):
 def test_ggml_mul_mat_a8_many_tokens(quant_type, dtype, device, implementation_index):
     # Many tokens and more weight rows than one panel of the CPU's tiled
     # path (2 MiB of float32 rows: 2048 at 256 columns), the last panel
-    # partial; strided output rows, `row` below the weight's rows.
-    rows, cols, tokens = 2100, 256, 130
+    # partial; strided output rows, `row` below the weight's rows. Under the
+    # interpreter (the GPU kernels) a smaller product still spans two row
+    # tiles and two token tiles, the last of each partial.
+    rows, cols, tokens = (600, 256, 70) if TRITON_INTERPRETER else (2100, 256, 130)
     weight = blocks(quant_type, rows, cols, seed=5)
     x = torch.randn(tokens, cols).to(dtype)
     x[7, 32:64] = 0
@@ -79,6 +89,62 @@ def test_ggml_mul_mat_a8_parallel_strided(quant_type, device, implementation_ind
     )
     check_product(out[:, : rows - 1], x[:, :cols], dequantized(weight[:-1], quant_type))
     assert torch.isnan(out[:, rows - 1 :]).all()
+
+
+@pytest.mark.parametrize("quant_type", TYPES)
+def test_ggml_mul_mat_a8_odd_block_counts(quant_type, device, implementation_index):
+    # Three blocks per row: the last step of a row is partial.
+    cols = odd_columns(quant_type)
+    weight = blocks(quant_type, 7, cols, seed=quant_type + 40)
+    x = torch.randn(20, cols)
+    out = torch.full((20, 7), float("nan"), device=device)
+    _run(weight.to(device), x.to(device), quant_type, 7, out, implementation_index)
+    check_product(out, x, dequantized(weight, quant_type))
+
+
+@pytest.mark.parametrize("quant_type", (3, 12))
+def test_ggml_mul_mat_a8_non_finite(quant_type, device, implementation_index):
+    # An infinity or a NaN among a token's activations makes that token's
+    # results non-finite; the other tokens are unaffected.
+    weight = blocks(quant_type, 6, 256, seed=4)
+    x = torch.randn(20, 256)
+    x[0, 3] = float("inf")
+    x[17, 200] = float("nan")
+    out = torch.empty(20, 6, device=device)
+    _run(weight.to(device), x.to(device), quant_type, 6, out, implementation_index)
+    check_non_finite_tokens(out.cpu(), x, dequantized(weight, quant_type), (0, 17))
+
+
+def test_ggml_mul_mat_a8_out_overlaps_x(device, implementation_index):
+    # `out` is the first columns of `x`: the result is as if `x` had been
+    # read before anything was written.
+    weight = blocks(8, 16, 64, seed=6)
+    x = torch.randn(24, 64, device=device)
+    before = x.cpu().clone()
+    _run(weight.to(device), x, 8, 16, x[:, :16], implementation_index)
+    check_product(x[:, :16], before, dequantized(weight, 8))
+
+
+def test_ggml_mul_mat_a8_empty(device, implementation_index):
+    weight = blocks(12, 4, 256)
+    out = torch.empty(0, 4, device=device)
+    _run(
+        weight.to(device),
+        torch.empty(0, 256, device=device),
+        12,
+        4,
+        out,
+        implementation_index,
+    )
+    out = torch.empty(20, 0, device=device)
+    _run(
+        weight.to(device),
+        torch.randn(20, 256, device=device),
+        12,
+        0,
+        out,
+        implementation_index,
+    )
 
 
 def test_ggml_mul_mat_a8_smollm2(device, implementation_index):

@@ -4,15 +4,17 @@ import torch
 import infini.ops
 from tests._ggml import (
     FLOAT_DTYPES,
+    TYPES,
     blocks,
+    check_non_finite_tokens,
     check_product,
     dequantized,
+    odd_columns,
     product_bounds,
     smollm2_blocks,
 )
 
 OPERATOR = "ggml_mul_mat_vec_a8"
-TYPES = (2, 3, 6, 7, 8, 10, 11, 12, 13, 14)
 # Decode shapes: one token, a few, the vec path's usual limit of 8.
 TOKENS = (1, 3, 8)
 
@@ -69,6 +71,58 @@ def test_ggml_mul_mat_vec_a8_strided_rows_and_leading_rows(
     )
     check_product(out[:, :row], x[:, :cols], dequantized(weight[:row], quant_type))
     assert torch.isnan(out[:, row:]).all()
+
+
+@pytest.mark.parametrize("quant_type", TYPES)
+def test_ggml_mul_mat_vec_a8_odd_block_counts(quant_type, device, implementation_index):
+    # Three blocks per row: the last step of a row is partial.
+    cols = odd_columns(quant_type)
+    weight = blocks(quant_type, 5, cols, seed=quant_type + 30)
+    x = torch.randn(2, cols)
+    out = torch.full((2, 5), float("nan"), device=device)
+    _run(weight.to(device), x.to(device), quant_type, 5, out, implementation_index)
+    check_product(out, x, dequantized(weight, quant_type))
+
+
+@pytest.mark.parametrize("quant_type", (3, 14))
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16))
+def test_ggml_mul_mat_vec_a8_more_tokens(
+    quant_type, dtype, device, implementation_index
+):
+    # More tokens than a decode step: the same product (the GPU kernels
+    # switch to the tiled one above 8 tokens).
+    weight = blocks(quant_type, 20, 256, seed=9)
+    x = torch.randn(12, 256).to(dtype)
+    out = torch.full((12, 20), float("nan"), dtype=dtype, device=device)
+    _run(weight.to(device), x.to(device), quant_type, 20, out, implementation_index)
+    check_product(out, x, dequantized(weight, quant_type))
+
+
+@pytest.mark.parametrize("quant_type", (3, 12))
+@pytest.mark.parametrize("tokens", (3, 12))
+def test_ggml_mul_mat_vec_a8_non_finite(
+    quant_type, tokens, device, implementation_index
+):
+    # An infinity or a NaN among a token's activations makes that token's
+    # results non-finite; the other tokens are unaffected.
+    weight = blocks(quant_type, 6, 256, seed=4)
+    x = torch.randn(tokens, 256)
+    x[0, 3] = float("inf")
+    x[2, 200] = float("nan")
+    out = torch.empty(tokens, 6, device=device)
+    _run(weight.to(device), x.to(device), quant_type, 6, out, implementation_index)
+    check_non_finite_tokens(out.cpu(), x, dequantized(weight, quant_type), (0, 2))
+
+
+@pytest.mark.parametrize("tokens", (2, 10))
+def test_ggml_mul_mat_vec_a8_out_overlaps_x(tokens, device, implementation_index):
+    # `out` is the first columns of `x`: the result is as if `x` had been
+    # read before anything was written.
+    weight = blocks(8, 16, 64, seed=6)
+    x = torch.randn(tokens, 64, device=device)
+    before = x.cpu().clone()
+    _run(weight.to(device), x, 8, 16, x[:, :16], implementation_index)
+    check_product(x[:, :16], before, dequantized(weight, 8))
 
 
 @pytest.mark.parametrize(
