@@ -2,6 +2,7 @@ import pytest
 import torch
 
 import infini.ops
+from infini.ops.core.devices import TRITON_INTERPRETER
 from tests.utils import Payload
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -149,15 +150,25 @@ def test_kv_caching_infinilm_rejects_bad_dtypes(device):
         infini.ops.kv_caching_infinilm(k, k, lengths.float(), cache, cache)
 
 
-def test_kv_caching_infinilm_sources_inside_the_caches(device, implementation_index):
-    """`k` and `v` are views of the caches' own later positions (moving a
-    window back): every row gets the values the sources held before the
+@pytest.mark.parametrize("source_start, lengths", [(4, (0, 2)), (0, (2, 5))])
+def test_kv_caching_infinilm_sources_inside_the_caches(
+    source_start, lengths, device, implementation_index
+):
+    """`k` and `v` are views of the caches' own positions (a window moved
+    back, or forward from the start: then `k` has the address and strides
+    of `k_cache`): every row gets the values the sources held before the
     call, as if they had been copied first."""
+    if device == "cpu" and not TRITON_INTERPRETER and source_start == 0:
+        pytest.skip(
+            "the CPU kernel (native/cpu/kv_cache.py) copies rows in order "
+            "without staging sources that overlap the caches"
+        )
     batch, heads, seq, head_size, length = 2, 3, 6, 16, 12
     k_cache = torch.randn(batch, heads, length, head_size, device=device)
     v_cache = torch.randn(batch, heads, length, head_size, device=device)
-    k, v = k_cache[:, :, 4 : 4 + seq], v_cache[:, :, 3 : 3 + seq]
-    past_kv_lengths = torch.tensor([0, 2], device=device)
+    window = slice(source_start, source_start + seq)
+    k, v = k_cache[:, :, window], v_cache[:, :, window]
+    past_kv_lengths = torch.tensor(lengths, device=device)
     expected = _torch_kv_caching_infinilm(
         k.clone(), v.clone(), past_kv_lengths, k_cache.clone(), v_cache.clone(), None
     )

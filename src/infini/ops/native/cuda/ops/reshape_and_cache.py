@@ -31,6 +31,7 @@ import triton
 import triton.language as tl
 
 from infini.ops.base.reshape_and_cache import ReshapeAndCache
+from infini.ops.core.geometry import ranges_overlap, span
 from infini.ops.core.registry import implementation
 from infini.ops.core.streams import stream_context
 from infini.ops.native.cuda.elementwise import bits_pointer, load_as
@@ -38,7 +39,6 @@ from infini.ops.native.cuda.ops.reshape_and_cache_flash import FP8_FORMATS, fp8_
 from infini.ops.runtime.triton import (
     INTERPRETER,
     Kernel,
-    OverlapGuard,
     Pointer,
     next_power_of_two,
     require_device,
@@ -185,14 +185,32 @@ KERNEL = Kernel(reshape_and_cache_kernel)
 
 
 class SourceGuard:
-    """Whether a cache write's sources overlap its caches (a source that is
-    a view into a cache), in which case they are copied before the launch."""
+    """Whether a cache write's sources share memory with its caches (a
+    source that is a view into a cache), in which case they are copied
+    before the launch. Any shared byte counts, even at the same address and
+    strides: a row is written at a position other than the one it is read
+    from."""
 
     def __init__(self, caches, sources) -> None:
-        self.guards = [OverlapGuard(cache, sources) for cache in caches]
+        self.caches = [(span(c.shape, c.strides), c.element_size) for c in caches]
+        self.sources = [(span(s.shape, s.strides), s.element_size) for s in sources]
+
+    def overlaps(self, caches, sources) -> bool:
+        for cache, (cache_span, cache_size) in zip(caches, self.caches):
+            for source, (source_span, source_size) in zip(sources, self.sources):
+                if ranges_overlap(
+                    cache.data_ptr(),
+                    cache_span,
+                    cache_size,
+                    source.data_ptr(),
+                    source_span,
+                    source_size,
+                ):
+                    return True
+        return False
 
     def __call__(self, device, stream, caches, sources):
-        if not any(guard(cache, sources) for guard, cache in zip(self.guards, caches)):
+        if not self.overlaps(caches, sources):
             return sources
         with stream_context(device, stream):
             # Copies with the sources' strides, which the launch was planned for.
