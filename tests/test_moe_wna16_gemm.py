@@ -2,6 +2,7 @@ import pytest
 import torch
 
 import infini.ops
+from infini.ops.core.devices import TRITON_INTERPRETER
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 TOLERANCES = {
@@ -74,13 +75,28 @@ def _reference(input, weights, topk_ids, topk_weights, skipped=()):
     return out
 
 
-@pytest.mark.parametrize("tokens, k, n, experts, top_k, group, block_m, block_k", CASES)
-@pytest.mark.parametrize("bit", (4, 8))
-# Zero points and top-k weights: neither, both, and one without the other.
+# (case, bit, zero points and top-k weights, dtype). Zero points and top-k
+# weights: neither, both, and one without the other.
+MODES = ((False, False), (True, True), (True, False))
+COMBINATIONS = [
+    (case, bit, mode, dtype)
+    for case_index, case in enumerate(CASES)
+    for bit in (4, 8)
+    for mode_index, mode in enumerate(MODES)
+    for dtype_index, dtype in enumerate(DTYPES)
+    # Triton's interpreter spends milliseconds on each step of a kernel: it
+    # runs a Latin square of the full product (every pair of case, mode and
+    # dtype once, for both bit widths).
+    if not TRITON_INTERPRETER or (case_index + mode_index + dtype_index) % 3 == 0
+]
+
+
 @pytest.mark.parametrize(
-    "with_zeros, with_weights", ((False, False), (True, True), (True, False))
+    "tokens, k, n, experts, top_k, group, block_m, block_k, bit, with_zeros, "
+    "with_weights, dtype",
+    [(*case, bit, *mode, dtype) for case, bit, mode, dtype in COMBINATIONS],
+    ids=lambda value: str(value).removeprefix("torch."),
 )
-@pytest.mark.parametrize("dtype", DTYPES)
 def test_moe_wna16_gemm(
     tokens, k, n, experts, top_k, group, block_m, block_k, bit, with_zeros,
     with_weights, dtype, device, implementation_index,
@@ -108,6 +124,53 @@ def test_moe_wna16_gemm(
     expected = _reference(input, weights, topk_ids, topk_weights)
     torch.testing.assert_close(
         output.cpu().double(), expected.to(dtype).double(), **TOLERANCES[dtype]
+    )
+
+
+# (tokens, k, n, experts, top_k, group, block_size_m, bit, dtype): group
+# sizes that are not a multiple of 16 (per-feature scales in the CUDA-like
+# kernel), a block size that is not a power of two, more columns than one
+# tile of the CUDA-like kernel covers (64 on GPUs, 256 in the interpreter),
+# and no tokens at all.
+LAYOUT_CASES = (
+    (7, 48, 20, 3, 2, 6, 12, 4, torch.float16),
+    (4, 96, 18, 2, 2, 24, 5, 8, torch.bfloat16),
+    (3, 64, 300, 2, 1, 64, 4, 4, torch.float32),
+    (0, 64, 16, 2, 2, 32, 4, 8, torch.float16),
+)
+
+
+@pytest.mark.parametrize(
+    "tokens, k, n, experts, top_k, group, block_m, bit, dtype", LAYOUT_CASES
+)
+def test_moe_wna16_gemm_groups_tiles_and_strides(
+    tokens, k, n, experts, top_k, group, block_m, bit, dtype, device,
+    implementation_index,
+):  # fmt: skip
+    # Codes, scales and zero points are strided views (every other byte or
+    # element of a larger buffer); the output is 2-D.
+    input = torch.randn(tokens, k).to(dtype)
+    packed, scales, zeros, weights = _quantised(experts, n, k, group, bit, True, dtype)
+    packed = torch.stack((packed, packed), 3).flatten(2)[..., ::2]
+    zeros = torch.stack((zeros, zeros), 2).flatten(1, 2)[:, ::2]
+    scales = scales.transpose(1, 2).contiguous().transpose(1, 2)
+    topk_ids = torch.zeros(tokens, top_k, dtype=torch.int32)
+    for token in range(tokens):
+        topk_ids[token] = torch.randperm(experts)[:top_k]
+    topk_weights = torch.rand(tokens, top_k)
+    sorted_ids, expert_ids, post_pad = _align(topk_ids, experts, block_m)
+    output = torch.full((tokens * top_k, n), float("nan"), dtype=dtype, device=device)
+    infini.ops.moe_wna16_gemm(
+        input.to(device), packed.to(device), scales.to(device), zeros.to(device),
+        topk_weights.to(device), sorted_ids.to(device), expert_ids.to(device),
+        post_pad.to(device), top_k, block_m, 16, k, bit, output,
+        implementation_index=implementation_index,
+    )  # fmt: skip
+    expected = _reference(input, weights, topk_ids, topk_weights)
+    torch.testing.assert_close(
+        output.cpu().double(),
+        expected.reshape(tokens * top_k, n).to(dtype).double(),
+        **TOLERANCES[dtype],
     )
 
 
