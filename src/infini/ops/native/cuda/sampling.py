@@ -210,15 +210,43 @@ def total_pass(logits, base, row_mask, vocab, step, maximum, scale,
 
 
 @triton.jit
+def above_pass(logits, base, row_mask, vocab, step, maximum, scale, key,
+               ROWS: tl.constexpr, BLOCK: tl.constexpr,
+               DOUBLE: tl.constexpr):  # fmt: skip
+    """Per row, the float64 sum of the weights (as `total_pass` takes them)
+    of the tokens whose order key is above `key`."""
+    columns = tl.arange(0, BLOCK)
+    total = tl.zeros([ROWS, BLOCK], tl.float64)
+    for start in range(0, vocab, BLOCK):
+        index = start + columns
+        mask = row_mask[:, None] & (index < vocab)[None, :]
+        x = tl.load(logits + base[:, None] + index[None, :] * step, mask=mask)
+        if x.dtype == tl.bfloat16:
+            x = x.to(tl.uint16, bitcast=True).to(tl.uint32) << 16
+            x = x.to(tl.float32, bitcast=True)
+        x = x.to(tl.float32)
+        bits = tl.where(x == 0.0, 0.0, x).to(tl.int32, bitcast=True)
+        order = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
+        order = tl.where(x != x, 0x7FFFFFFF, order)
+        above = mask & ((order.to(tl.int64) + 2147483648) > key[:, None])
+        if DOUBLE:
+            w = tl.exp((x.to(tl.float64) - maximum[:, None].to(tl.float64)) * scale)
+        else:
+            w = exp_float32(x - maximum[:, None]).to(tl.float64)
+        total += tl.where(above, w, 0.0)
+    return tl.sum(total, axis=1)
+
+
+@triton.jit
 def digit_pass(logits, base, row_mask, vocab, step, maximum, scale, prefix,
                shift, ROWS: tl.constexpr, BLOCK: tl.constexpr,
-               DOUBLE: tl.constexpr):  # fmt: skip
-    """Per row and digit `d` (``[ROWS, 16]``): the count and the float64
-    mass of the tokens whose order key (32 bits) has the bits above
-    ``shift + 4`` equal to `prefix` and bits ``shift ... shift + 3`` at
-    least `d`. Lanes sum in float64 with `DOUBLE`, else in float32 (one
-    token's weight is a float32 `exp` already); the lanes' sums add in
-    float64."""
+               WEIGHTED: tl.constexpr, DOUBLE: tl.constexpr):  # fmt: skip
+    """Per row and digit `d` (``[ROWS, 16]``): the count and (`WEIGHTED`,
+    else zeros) the float64 mass of the tokens whose order key (32 bits) has
+    the bits above ``shift + 4`` equal to `prefix` and bits ``shift ...
+    shift + 3`` at least `d`. Lanes sum in float64 with `DOUBLE`, else in
+    float32 (one token's weight is a float32 `exp` already); the lanes' sums
+    add in float64."""
     columns = tl.arange(0, BLOCK)
     digits = tl.arange(0, 16)
     # Per-lane sums, reduced once after the loop.
@@ -240,15 +268,16 @@ def digit_pass(logits, base, row_mask, vocab, step, maximum, scale, prefix,
         order = tl.where(x != x, 0x7FFFFFFF, order)
         key = order.to(tl.int64) + 2147483648
         inside = mask & ((key >> (shift + 4)) == prefix[:, None])
-        if DOUBLE:
-            w = tl.exp((x.to(tl.float64) - maximum[:, None].to(tl.float64)) * scale)
-        else:
-            w = exp_float32(x - maximum[:, None])
-        w = tl.where(inside, w, 0.0)
         digit = ((key >> shift) & 15).to(tl.int32)
         at_least = inside[:, :, None] & (digit[:, :, None] >= digits[None, None, :])
         counts += at_least.to(tl.int32)
-        masses += tl.where(at_least, w[:, :, None], 0.0)
+        if WEIGHTED:
+            if DOUBLE:
+                x = x.to(tl.float64)
+                w = tl.exp((x - maximum[:, None].to(tl.float64)) * scale)
+            else:
+                w = exp_float32(x - maximum[:, None])
+            masses += tl.where(at_least, w[:, :, None], 0.0)
     return tl.sum(counts, axis=1).to(tl.int64), tl.sum(masses.to(tl.float64), axis=1)
 
 
@@ -283,7 +312,7 @@ def tie_pass(logits, base, row_mask, vocab, step, key, position,
 @triton.jit
 def rank_search(logits, base, active, vocab, step, maximum, scale, target, low,
                 high, BY_MASS: tl.constexpr, STRICT: tl.constexpr,
-                ROWS: tl.constexpr, BLOCK: tl.constexpr,
+                WEIGHTED: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr,
                 DIGIT_BLOCK: tl.constexpr, DOUBLE: tl.constexpr):  # fmt: skip
     """Per `active` row, the token at the first rank (larger logit first,
     ties to the lower index) whose running count (`BY_MASS` False: at least
@@ -296,8 +325,9 @@ def rank_search(logits, base, active, vocab, step, maximum, scale, target, low,
     `low` is not found.
 
     Returns `(index, rank, mass, key, found)`: the token, its rank, the mass
-    of the ranks up to it, its order key, and whether it was found (when it
-    was not, the other values are meaningless)."""
+    of the ranks up to it (a search by count sums it in one more pass when
+    `WEIGHTED`, else leaves it meaningless), its order key, and whether it
+    was found (when it was not, the other values are meaningless)."""
     digits = tl.arange(0, 16)
     levels = tl.arange(0, 8)
     shared = ((low ^ high)[:, None] >> (28 - 4 * levels)[None, :]) == 0
@@ -312,7 +342,7 @@ def rank_search(logits, base, active, vocab, step, maximum, scale, target, low,
         shift = 28 - 4 * level
         counts, masses = digit_pass(
             logits, base, active, vocab, step, maximum, scale, prefix, shift,
-            ROWS, DIGIT_BLOCK, DOUBLE,
+            ROWS, DIGIT_BLOCK, BY_MASS, DOUBLE,
         )  # fmt: skip
         if BY_MASS:
             reach = above_mass[:, None] + masses
@@ -337,6 +367,13 @@ def rank_search(logits, base, active, vocab, step, maximum, scale, target, low,
         above_count += both >> 32
         above_mass += tl.sum(tl.where(after, masses, 0.0), axis=1)
         prefix = prefix * 16 + chosen
+    if not BY_MASS:
+        if WEIGHTED:
+            # The count passes carry no weights: the mass above the key.
+            above_mass = above_pass(
+                logits, base, active & found, vocab, step, maximum, scale, prefix,
+                ROWS, BLOCK, DOUBLE,
+            )  # fmt: skip
     # The tokens of key `prefix` all weigh `weight`: the rank reached is
     # `above_count + position` for the `position` they need.
     value = order_value(prefix - 2147483648)

@@ -79,7 +79,7 @@ def random_sample_kernel(
         if tl.max(top_k.to(tl.int32), axis=0) > 0:
             index, rank, mass, key, found = rank_search(
                 logits, base, top_k, vocab, step, maximum, scale, kept, lowest,
-                highest, False, False, 1, BLOCK, DIGIT_BLOCK, True,
+                highest, False, False, True, 1, BLOCK, DIGIT_BLOCK, True,
             )  # fmt: skip
             last = index
             kept_mass = mass
@@ -88,14 +88,14 @@ def random_sample_kernel(
         threshold = tl.minimum(kept_mass, topp * total) * random_val
         index, rank, mass, key, found = rank_search(
             logits, base, finite, vocab, step, maximum, scale, threshold, last_key,
-            highest, True, False, 1, BLOCK, DIGIT_BLOCK, True,
+            highest, True, False, True, 1, BLOCK, DIGIT_BLOCK, True,
         )  # fmt: skip
         chosen = finite & found & (rank < kept)
         missing = (~chosen) & (last < 0)
         if tl.max(missing.to(tl.int32), axis=0) > 0:
             fallback, rank, mass, key, found = rank_search(
                 logits, base, missing, vocab, step, maximum, scale, kept, lowest,
-                highest, False, False, 1, BLOCK, DIGIT_BLOCK, True,
+                highest, False, False, False, 1, BLOCK, DIGIT_BLOCK, True,
             )  # fmt: skip
             last = tl.where(missing, fallback, last)
         picked = tl.where(chosen, index, last)

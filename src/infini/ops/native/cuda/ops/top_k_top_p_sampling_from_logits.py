@@ -138,7 +138,8 @@ def top_k_top_p_kernel(
             if tl.max(top_k.to(tl.int32), axis=0) > 0:
                 index, rank, mass, key, found = rank_search(
                     logits, base, top_k, vocab, logits_step, maximum, 1.0, k,
-                    lowest, highest, False, False, ROWS, BLOCK, DIGIT_BLOCK, False,
+                    lowest, highest, False, False, True, ROWS, BLOCK, DIGIT_BLOCK,
+                    False,
                 )  # fmt: skip
                 last = tl.where(top_k, index, last)
                 kept_mass = tl.where(top_k, mass, kept_mass)
@@ -151,8 +152,8 @@ def top_k_top_p_kernel(
             if tl.max(nucleus.to(tl.int32), axis=0) > 0:
                 index, rank, mass, key, found = rank_search(
                     logits, base, nucleus, vocab, logits_step, maximum, 1.0,
-                    p * normaliser, last_key, highest, True, False, ROWS, BLOCK,
-                    DIGIT_BLOCK, False,
+                    p * normaliser, last_key, highest, True, False, True, ROWS,
+                    BLOCK, DIGIT_BLOCK, False,
                 )  # fmt: skip
                 cut = nucleus & found & (rank + 1 < count)
                 count = tl.where(cut, rank + 1, count)
@@ -161,7 +162,7 @@ def top_k_top_p_kernel(
                 last_key = tl.where(cut, key, last_key)
             index, rank, mass, key, found = rank_search(
                 logits, base, filtered, vocab, logits_step, maximum, 1.0,
-                u * kept_mass, last_key, highest, True, True, ROWS, BLOCK,
+                u * kept_mass, last_key, highest, True, True, True, ROWS, BLOCK,
                 DIGIT_BLOCK, False,
             )  # fmt: skip
             chosen = found & (rank < count)
@@ -171,7 +172,8 @@ def top_k_top_p_kernel(
             if tl.max(missing.to(tl.int32), axis=0) > 0:
                 fallback, rank, mass, key, found = rank_search(
                     logits, base, missing, vocab, logits_step, maximum, 1.0, count,
-                    lowest, highest, False, False, ROWS, BLOCK, DIGIT_BLOCK, False,
+                    lowest, highest, False, False, False, ROWS, BLOCK, DIGIT_BLOCK,
+                    False,
                 )  # fmt: skip
                 last = tl.where(missing, fallback, last)
             picked = tl.where(chosen, index, last)
