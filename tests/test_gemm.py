@@ -155,6 +155,26 @@ def test_gemm_broadcasts_batch(a_shape, b_shape, y_shape, device, implementation
     assert torch.allclose(y, 2.0 * torch.matmul(a, b), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_gemm_shared_batch_fills_every_batch_of_y(dtype, device, implementation_index):
+    """`y`'s batch comes from neither operand (both shared): every batch of
+    `y` is written, and nothing outside it."""
+    a = torch.randn(1, 4, 5, dtype=dtype, device=device)
+    b = torch.randn(1, 5, 6, dtype=dtype, device=device)
+    y = torch.full((3, 4, 6), float("nan"), dtype=dtype, device=device)
+    _gemm(a, b, y, None, None, None, None, implementation_index)
+    torch.testing.assert_close(y, torch.matmul(a, b).expand(3, 4, 6))
+    buffer = torch.full((128,), -1.0, dtype=dtype, device=device)
+    y = buffer.as_strided((4, 4, 7), (32, 8, 1))
+    a = torch.randn(1, 4, 19, dtype=dtype, device=device)
+    b = torch.randn(19, 7, dtype=dtype, device=device)
+    _gemm(a, b, y, None, None, None, None, implementation_index)
+    torch.testing.assert_close(y, torch.matmul(a, b).expand(4, 4, 7))
+    written = torch.zeros(128, dtype=torch.bool, device=device)
+    written.as_strided((4, 4, 7), (32, 8, 1)).fill_(True)
+    assert bool((buffer[~written] == -1.0).all())
+
+
 def test_gemm_float64(device, implementation_index):
     a = torch.randn(3, 33, 13, dtype=torch.float64, device=device)
     b = torch.randn(3, 17, 33, dtype=torch.float64, device=device)

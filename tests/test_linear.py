@@ -98,6 +98,19 @@ def test_linear_float64(device, implementation_index):
     assert torch.allclose(out, expected, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_linear_output_rows_that_do_not_merge(dtype, device, implementation_index):
+    """A 3-D input times the weight into an `out` whose leading dimensions
+    cannot be merged into one (rows padded per outer index)."""
+    x = torch.randn(5, 3, 7, dtype=dtype, device=device)
+    weight = torch.randn(4, 7, dtype=dtype, device=device)
+    buffer = torch.full((5, 13), -1.0, dtype=dtype, device=device)
+    out = buffer[:, :12].view(5, 3, 4)
+    infini.ops.linear(x, weight, None, out, implementation_index=implementation_index)
+    torch.testing.assert_close(out, x @ weight.T)
+    assert bool((buffer[:, 12] == -1.0).all())
+
+
 def test_linear_without_in_features_is_the_bias(device, implementation_index):
     input = torch.randn(4, 0, device=device)
     weight = torch.randn(3, 0, device=device)
