@@ -13,7 +13,7 @@ both paths, since the interpreter makes the CPU backend unreachable. The
 checkpoints travel to the child as `.npz` files and the results come back
 the same way.
 
-    python -m tests.test_model_device FOLDER   # the child: runs FOLDER/*.npz
+    python -m tests.test_model_device FOLDER NAME...   # the child: FOLDER/NAME.npz
 """
 
 from __future__ import annotations
@@ -291,62 +291,74 @@ def checkpoints() -> dict:
 
 
 @pytest.fixture(scope="module")
-def device_runs(checkpoints, tmp_path_factory) -> dict:
-    """Each checkpoint's run on the NVIDIA path: on the GPU here, or through
-    the interpreter in a child process."""
-    if _gpu_build():
-        return {name: run(c, "cuda") for name, c in checkpoints.items()}
-    folder = tmp_path_factory.mktemp("model_device")
-    manifest = folder / "manifest.json"
-    subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "scripts" / "generate_manifest.py"),
-            "--source-dir",
-            str(REPO),
-            "--output",
-            str(manifest),
-            "--devices",
-            "cpu;nvidia",
-            "--with-triton",
-        ],
-        check=True,
-        capture_output=True,
-    )
-    missing = _manifest_without(manifest)
-    if missing:
-        pytest.skip(f"no CUDA-like kernel yet for: {', '.join(missing)}")
-    for name, checkpoint in checkpoints.items():
-        save_checkpoint(checkpoint, folder / f"{name}.npz")
-    environment = dict(
-        os.environ,
-        INFINI_OPS_TRITON_INTERPRET="1",
-        INFINI_OPS_MANIFEST=str(manifest),
-    )
-    child = subprocess.run(
-        [sys.executable, "-m", "tests.test_model_device", str(folder)],
-        cwd=REPO,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert child.returncode == 0, f"the interpreter run failed:\n{child.stderr}"
+def device_run(checkpoints, tmp_path_factory):
+    """A function giving a checkpoint's run on the NVIDIA path: on the GPU
+    here, or through the interpreter in a child process; each checkpoint is
+    run once per process, and only when a test asks (so parallel workers
+    share the work rather than repeat it)."""
     runs = {}
-    for name in checkpoints:
-        with np.load(folder / f"{name}.result.npz") as data:
-            runs[name] = {key: data[key] for key in data.files}
-    return runs
+    if _gpu_build():
+
+        def compute(name):
+            return run(checkpoints[name], "cuda")
+
+    else:
+        folder = tmp_path_factory.mktemp("model_device")
+        manifest = folder / "manifest.json"
+        subprocess.run(
+            [
+                sys.executable,
+                str(REPO / "scripts" / "generate_manifest.py"),
+                "--source-dir",
+                str(REPO),
+                "--output",
+                str(manifest),
+                "--devices",
+                "cpu;nvidia",
+                "--with-triton",
+            ],
+            check=True,
+            capture_output=True,
+        )
+        missing = _manifest_without(manifest)
+        if missing:
+            pytest.skip(f"no CUDA-like kernel yet for: {', '.join(missing)}")
+        environment = dict(
+            os.environ,
+            INFINI_OPS_TRITON_INTERPRET="1",
+            INFINI_OPS_MANIFEST=str(manifest),
+        )
+
+        def compute(name):
+            save_checkpoint(checkpoints[name], folder / f"{name}.npz")
+            child = subprocess.run(
+                [sys.executable, "-m", "tests.test_model_device", str(folder), name],
+                cwd=REPO,
+                env=environment,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+            assert child.returncode == 0, f"the interpreter run failed:\n{child.stderr}"
+            with np.load(folder / f"{name}.result.npz") as data:
+                return {key: data[key] for key in data.files}
+
+    def get(name: str) -> dict:
+        if name not in runs:
+            runs[name] = compute(name)
+        return runs[name]
+
+    return get
 
 
 @pytest.mark.parametrize("weights", ["float32", "ggml"])
-def test_device_path_matches_cpu_path(weights, checkpoints, device_runs):
+def test_device_path_matches_cpu_path(weights, checkpoints, device_run):
     if weights not in checkpoints:
         pytest.skip("GGML blocks are quantised by `gguf`, which is not installed")
     reference = run(checkpoints[weights], "cpu")
     for index, (_, new_tokens, _) in enumerate(SCHEDULE):
         assert len(reference[f"tokens{index}"]) == new_tokens
-    assert_same_run(device_runs[weights], reference)
+    assert_same_run(device_run(weights), reference)
 
 
 def test_cpu_path_stages_nothing(checkpoints):
@@ -360,15 +372,13 @@ def test_cpu_path_stages_nothing(checkpoints):
     )
 
 
-def _child(folder: Path) -> None:
-    """Runs every checkpoint of `folder` on the emulated device."""
+def _child(folder: Path, names: list[str]) -> None:
+    """Runs the named checkpoints of `folder` on the emulated device."""
     assert TRITON_INTERPRETER, "the child runs under INFINI_OPS_TRITON_INTERPRET=1"
-    for path in sorted(folder.glob("*.npz")):
-        if path.name.endswith(".result.npz"):
-            continue
-        result = run(load_checkpoint(path), "cpu")
-        np.savez(path.with_name(path.stem + ".result.npz"), **result)
+    for name in names:
+        result = run(load_checkpoint(folder / f"{name}.npz"), "cpu")
+        np.savez(folder / f"{name}.result.npz", **result)
 
 
 if __name__ == "__main__":
-    _child(Path(sys.argv[1]))
+    _child(Path(sys.argv[1]), sys.argv[2:])
