@@ -41,8 +41,8 @@ def test_ggml_mul_mat_a8_many_tokens(quant_type, dtype, device, implementation_i
     # Many tokens and more weight rows than one panel of the CPU's tiled
     # path (2 MiB of float32 rows: 2048 at 256 columns), the last panel
     # partial; strided output rows, `row` below the weight's rows. Under the
-    # interpreter (the GPU kernels) a smaller product still spans two row
-    # tiles and two token tiles, the last of each partial.
+    # interpreter (the GPU kernels) a smaller product still spans two token
+    # tiles, the last partial.
     rows, cols, tokens = (600, 256, 70) if TRITON_INTERPRETER else (2100, 256, 130)
     weight = blocks(quant_type, rows, cols, seed=5)
     x = torch.randn(tokens, cols).to(dtype)

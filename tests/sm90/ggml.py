@@ -58,13 +58,15 @@ EXAMPLES = {
     ],
     "ggml_mul_mat_vec_a8": [
         # SmolLM2-135M's ffn_down (576 x 1536, Q4_1): 20-byte blocks put the
-        # code bytes on 4-byte boundaries, so the weight loads are 32-bit.
+        # code bytes on 4-byte boundaries, so the weight loads are 32-bit
+        # (the 128-bit loads in the report are the activation codes').
         _product(Q4_1, 1, 576, 1536, label="SmolLM2 ffn_down Q4_1, 1 token"),
         _product(Q4_0, 8, 576, 1536, "bfloat16"),
         _product(Q5_1, 3, 576, 1536, "float16"),
         _product(Q8_0, 1, 576, 1536),
         _product(Q2_K, 2, 512, 1536),
         _product(Q3_K, 1, 512, 1536, "bfloat16"),
+        # Q4_K/Q5_K code bytes are 16-byte aligned: 128-bit weight loads.
         _product(Q4_K, 1, 576, 1536, kind=MEMORY),
         _product(Q5_K, 4, 576, 1536, "float16", kind=MEMORY),
         _product(Q6_K, 1, 576, 1536),

@@ -17,41 +17,43 @@ Q4_K/Q5_K codes, 64 for Q5_1, 32 for Q4_1 and Q2_K, 16 for the 18-, 22-,
 powers of two), unpacks the codes with shifts and masks, reads the float16
 factors as little-endian runs of 2 or 4 bytes (``high << 8 | low`` bitcast to
 float16; one load where aligned, and correct where a strided weight leaves
-them unaligned) and decodes the K-quants' 6-bit and 4-bit scales. Groups
-cover consecutive values, so a tile of codes reshapes to ``(rows, values)``
-in column order.
+them unaligned) and decodes the K-quants' 6-bit and 4-bit scales. A
+``(rows, groups, GROUP)`` tile is in column order (groups cover consecutive
+values); the kernels address columns as ``group * GROUP + position`` and
+never flatten it, which would move it through shared memory (so the
+nibble-pair types load each code byte once per nibble, the second time from
+the cache, rather than unpack a ``(..., 2, 16)`` tile and reshape it).
 
 The three operators share the helpers:
 
-- `ggml_dequantize` (and the decode product) turn a tile into float32 values
-  with the operations and operand order of llama.cpp's reference
-  (`gguf.quants`): ``scale * code``, then the offset added. With ``EXACT``
-  the products pass through a multiply by the runtime argument `one` (1.0)
-  first: the compiler may fuse a product into the add that follows (a fused
-  multiply-add rounds once, not twice) but cannot see through an unknown
-  factor, and ``fma(p, 1, c)`` is ``p + c``, so the results equal
-  `gguf.quants.dequantize` bit for bit on GPUs as under the interpreter.
-- The decode product (`product_vector_kernel`, up to `VECTOR_MAX_TOKENS`
-  tokens): one program per tile of weight rows streams their blocks once,
-  a tile of groups per step dequantised in registers and multiplied with
-  each token's quantised activations (quantised in registers by every
-  program: they are small and stay in the cache).
-- The prefill product (`product_tile_kernel`): the activations are quantised
-  once by `quantize_kernel` into int8 codes and float32 scales; each program
-  computes a (tokens x rows) tile, one weight group at a time: the integer
-  dot products of activation codes and weight codes run on tensor cores
-  (`tl.dot` of float16 operands, which hold codes exactly, accumulated
-  exactly in float32: at most 32 products of 8-bit codes), then scaled by
-  the activation block's scale and the weight group's scale (plus the
-  offset times the activation codes' sum), as llama.cpp's MMQ kernels and
-  the CPU integer kernels do.
-
-Activations are quantised per block of 32 values as the CPU kernels do
-(`quantize_blocks`): ``d = absmax / 127`` and codes ``round(x / d)``
-(correctly rounded float32 divisions, halves away from zero; codes 0 where
-``d`` is 0, and a NaN scale for a block holding a NaN or an infinity), so the
-products are the product of the quantised activations with the dequantised
-weight up to float32 rounding.
+- `ggml_dequantize` (`weight_values`) turns a tile into float32 values with
+  the operations and operand order of llama.cpp's reference (`gguf.quants`):
+  ``scale * code``, then the offset added. With ``EXACT`` the products pass
+  through a multiply by the runtime argument `one` (1.0) first: the compiler
+  may fuse a product into the add that follows (a fused multiply-add rounds
+  once, not twice) but cannot see through an unknown factor, and ``fma(p, 1,
+  c)`` is ``p + c``, so the results equal `gguf.quants.dequantize` bit for
+  bit on GPUs as under the interpreter.
+- The products first quantise the activations once (`quantize_kernel`) into
+  a scratch buffer on the caller's stream: int8 codes and a float32 scale
+  per block of 32 values, as llama.cpp's Q8_1 and the CPU kernels do
+  (`quantize_blocks`: ``d = absmax / 127`` and codes ``round(x / d)``, with
+  correctly rounded float32 divisions and halves away from zero; codes 0
+  where ``d`` is 0, and a NaN scale for a block holding a NaN or an
+  infinity). A weight group then meets the activation codes in exact
+  integer dot products, scaled by the group's scale and the block's ``d``
+  (plus the group's offset times the codes' sum), summed in float32: the
+  product of the quantised activations with the dequantised weight up to
+  float32 rounding.
+- Up to `VECTOR_MAX_TOKENS` tokens (decoding), `product_vector_kernel`: one
+  program per 4 or 8 weight rows streams their blocks once, 512 values of
+  each row per step, and every token's codes are loaded beside them (each
+  row's copy from the cache, so that both tiles share one register layout
+  and nothing moves through shared memory).
+- From there, `product_kernel`: a (tokens x 64 rows) tile per program, one
+  weight group per step, the integer dot products on tensor cores (`tl.dot`
+  of float16 operands, which hold the codes exactly, accumulated exactly in
+  float32: at most 32 products of 8-bit codes), as llama.cpp's MMQ kernels.
 """
 
 from __future__ import annotations
@@ -143,41 +145,29 @@ def weight_row_stride(weight) -> tuple[int, dict]:
 
 
 @triton.jit
-def _little_endian(weight, offset, mask, LENGTH: tl.constexpr):
-    """The little-endian integer of `LENGTH` (2 or 4) bytes at `offset`
-    ``(rows, groups)``, as int32. The bytes are loaded as one run, a single
-    load where their alignment allows; their bits are disjoint, so their
-    shifted sum is the integer."""
+def _factors(weight, offset, mask, LENGTH: tl.constexpr):
+    """The one (`LENGTH` 2) or two (4) little-endian float16 at byte
+    `offset` ``(rows, groups)``, any alignment, as float32 (0 where masked):
+    ``(first, second)``, the first twice for one. The bytes are loaded as
+    one run, a single load where their alignment allows; their bits are
+    disjoint, so their shifted sum is the word."""
     position = tl.arange(0, LENGTH)[None, None, :]
     packed = tl.load(
         weight + offset[:, :, None] + position, mask=mask[:, :, None], other=0
     )
-    return tl.sum(packed.to(tl.int32) << (8 * position), axis=2)
+    word = tl.sum(packed.to(tl.int32) << (8 * position), axis=2)
+    first = (word & 0xFFFF).to(tl.uint16).to(tl.float16, bitcast=True)
+    first = first.to(tl.float32)
+    if LENGTH == 4:
+        second = (word >> 16).to(tl.uint16).to(tl.float16, bitcast=True)
+        second = second.to(tl.float32)
+    else:
+        second = first
+    return first, second
 
 
 @triton.jit
-def _to_float(bits):
-    """The float16 with the low 16 bits of `bits`, as float32."""
-    return (bits & 0xFFFF).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
-
-
-@triton.jit
-def _half(weight, offset, mask):
-    """The little-endian float16 at byte `offset` (any alignment), as
-    float32 (0 where masked)."""
-    return _to_float(_little_endian(weight, offset, mask, 2))
-
-
-@triton.jit
-def _halves(weight, offset, mask):
-    """The two consecutive float16 at byte `offset` (a scale and a minimum),
-    as float32."""
-    word = _little_endian(weight, offset, mask, 4)
-    return _to_float(word), _to_float(word >> 16)
-
-
-@triton.jit
-def _run(weight, offset, mask, LENGTH: tl.constexpr):
+def _bytes(weight, offset, mask, LENGTH: tl.constexpr):
     """`LENGTH` consecutive bytes from `offset` ``(rows, groups)``: ``(rows,
     groups, LENGTH)`` int32."""
     at = offset[:, :, None] + tl.arange(0, LENGTH)[None, None, :]
@@ -187,15 +177,16 @@ def _run(weight, offset, mask, LENGTH: tl.constexpr):
 @triton.jit
 def _nibble_pairs(weight, offset, mask, high_bits, HIGH: tl.constexpr):
     """The 32 codes of 16 bytes of nibble pairs (the low nibbles are values
-    0-15, the high ones 16-31): ``(rows, groups, 32)`` int32. With `HIGH`,
-    bit ``j`` of the little-endian 32-bit word at `high_bits` (any
-    alignment) is bit 4 of code ``j`` (Q5_0, Q5_1)."""
-    rows: tl.constexpr = offset.shape[0]
-    groups: tl.constexpr = offset.shape[1]
-    at = offset[:, :, None] + tl.arange(0, 16)[None, None, :]
+    0-15, the high ones 16-31): ``(rows, groups, 32)`` int32. Each byte is
+    loaded for both of its values (the second load hits the cache): an
+    unpacked (rows, groups, 2, 16) tile reshaped to 32 values would take
+    another layout than the activations and be moved through shared memory.
+    With `HIGH`, bit ``j`` of the little-endian 32-bit word at `high_bits`
+    (any alignment) is bit 4 of code ``j`` (Q5_0, Q5_1)."""
+    value = tl.arange(0, 32)[None, None, :]
+    at = offset[:, :, None] + value % 16
     packed = tl.load(weight + at, mask=mask[:, :, None], other=0).to(tl.int32)
-    shift = (4 * tl.arange(0, 2))[None, None, :, None]
-    codes = tl.reshape((packed[:, :, None, :] >> shift) & 15, (rows, groups, 32))
+    codes = (packed >> (4 * (value // 16))) & 15
     if HIGH:
         position = tl.arange(0, 4)[None, None, :]
         word = tl.load(
@@ -203,8 +194,7 @@ def _nibble_pairs(weight, offset, mask, high_bits, HIGH: tl.constexpr):
         )
         # The bytes' bits are disjoint: their sum is the word.
         word = tl.sum(word.to(tl.int32) << (8 * position), axis=2)
-        bits = (word[:, :, None] >> tl.arange(0, 32)[None, None, :]) & 1
-        codes = codes | (bits << 4)
+        codes = codes | (((word[:, :, None] >> value) & 1) << 4)
     return codes
 
 
@@ -217,31 +207,31 @@ def _nibble_pairs(weight, offset, mask, high_bits, HIGH: tl.constexpr):
 
 @triton.jit
 def q4_0_group(weight, base, group, mask, one, EXACT: tl.constexpr):
-    d = _half(weight, base, mask)
+    d, _ = _factors(weight, base, mask, 2)
     return _nibble_pairs(weight, base + 2, mask, base, False) - 8, d, d
 
 
 @triton.jit
 def q4_1_group(weight, base, group, mask, one, EXACT: tl.constexpr):
-    d, m = _halves(weight, base, mask)
+    d, m = _factors(weight, base, mask, 4)
     return _nibble_pairs(weight, base + 4, mask, base, False), d, m
 
 
 @triton.jit
 def q5_0_group(weight, base, group, mask, one, EXACT: tl.constexpr):
-    d = _half(weight, base, mask)
+    d, _ = _factors(weight, base, mask, 2)
     return _nibble_pairs(weight, base + 6, mask, base + 2, True) - 16, d, d
 
 
 @triton.jit
 def q5_1_group(weight, base, group, mask, one, EXACT: tl.constexpr):
-    d, m = _halves(weight, base, mask)
+    d, m = _factors(weight, base, mask, 4)
     return _nibble_pairs(weight, base + 8, mask, base + 4, True), d, m
 
 
 @triton.jit
 def q8_0_group(weight, base, group, mask, one, EXACT: tl.constexpr):
-    d = _half(weight, base, mask)
+    d, _ = _factors(weight, base, mask, 2)
     at = base[:, :, None] + 2 + tl.arange(0, 32)[None, None, :]
     packed = tl.load(weight + at, mask=mask[:, :, None], other=0)
     return packed.to(tl.int8, bitcast=True).to(tl.int32), d, d
@@ -256,10 +246,10 @@ def q2_k_group(weight, base, group, mask, one, EXACT: tl.constexpr):
     # Value ``128 h + 32 k + 16 s + i`` is bits ``2k`` of code byte ``16 + 32
     # h + 16 s + i``; scale byte `group` holds its scale (low nibble) and min.
     field = (group % 8) // 2
-    packed = _run(weight, base + 16 + 32 * (group // 8) + 16 * (group % 2), mask, 16)
+    packed = _bytes(weight, base + 16 + 32 * (group // 8) + 16 * (group % 2), mask, 16)
     codes = (packed >> (2 * field)[:, :, None]) & 3
     scales = tl.load(weight + base + group, mask=mask, other=0).to(tl.int32)
-    d, dmin = _halves(weight, base + 80, mask)
+    d, dmin = _factors(weight, base + 80, mask, 4)
     scale = d * (scales & 15).to(tl.float32)
     minimum = dmin * (scales >> 4).to(tl.float32)
     if EXACT:
@@ -276,15 +266,15 @@ def q3_k_group(weight, base, group, mask, one, EXACT: tl.constexpr):
     half = group // 8
     field = (group % 8) // 2
     side = group % 2
-    low = _run(weight, base + 32 + 32 * half + 16 * side, mask, 16)
+    low = _bytes(weight, base + 32 + 32 * half + 16 * side, mask, 16)
     low = (low >> (2 * field)[:, :, None]) & 3
-    high = _run(weight, base + 16 * side, mask, 16)
+    high = _bytes(weight, base + 16 * side, mask, 16)
     high = (high >> (4 * half + field)[:, :, None]) & 1
     scale_low = tl.load(weight + base + 96 + group % 8, mask=mask, other=0)
     scale_low = (scale_low.to(tl.int32) >> (4 * half)) & 15
     scale_high = tl.load(weight + base + 104 + group % 4, mask=mask, other=0)
     scale_high = (scale_high.to(tl.int32) >> (2 * (group // 4))) & 3
-    d = _half(weight, base + 108, mask)
+    d, _ = _factors(weight, base + 108, mask, 2)
     scale = d * ((scale_low | (scale_high << 4)) - 32).to(tl.float32)
     return low + 4 * high - 4, scale, scale
 
@@ -304,7 +294,7 @@ def _k_values(weight, base, group, mask, codes, one, EXACT: tl.constexpr):
     low = group < 4
     scale_code = tl.where(low, first & 63, (second & 15) | ((before >> 6) << 4))
     min_code = tl.where(low, second & 63, (second >> 4) | ((first >> 6) << 4))
-    d, dmin = _halves(weight, base, mask)
+    d, dmin = _factors(weight, base, mask, 4)
     scale = d * scale_code.to(tl.float32)
     minimum = dmin * min_code.to(tl.float32)
     if EXACT:
@@ -316,7 +306,7 @@ def _k_values(weight, base, group, mask, codes, one, EXACT: tl.constexpr):
 def q4_k_group(weight, base, group, mask, one, EXACT: tl.constexpr):
     # Group `j` is the low (even `j`) or high nibbles of bytes ``16 + 32 (j /
     # 2)`` onwards.
-    packed = _run(weight, base + 16 + 32 * (group // 2), mask, 32)
+    packed = _bytes(weight, base + 16 + 32 * (group // 2), mask, 32)
     codes = (packed >> (4 * (group % 2))[:, :, None]) & 15
     return _k_values(weight, base, group, mask, codes, one, EXACT)
 
@@ -325,7 +315,7 @@ def q4_k_group(weight, base, group, mask, one, EXACT: tl.constexpr):
 def q5_k_group(weight, base, group, mask, one, EXACT: tl.constexpr):
     # As Q4_K from byte 48, with bit `j` of high byte ``16 + l`` as bit 4 of
     # value `l` of group `j`.
-    packed = _run(weight, base + 48 + 32 * (group // 2), mask, 32)
+    packed = _bytes(weight, base + 48 + 32 * (group // 2), mask, 32)
     codes = (packed >> (4 * (group % 2))[:, :, None]) & 15
     at = base[:, :, None] + 16 + tl.arange(0, 32)[None, None, :]
     high = tl.load(weight + at, mask=mask[:, :, None], other=0).to(tl.int32)
@@ -341,12 +331,12 @@ def q6_k_group(weight, base, group, mask, one, EXACT: tl.constexpr):
     half = group // 8
     field = (group % 8) // 2
     side = group % 2
-    low = _run(weight, base + 64 * half + 32 * (field % 2) + 16 * side, mask, 16)
+    low = _bytes(weight, base + 64 * half + 32 * (field % 2) + 16 * side, mask, 16)
     low = (low >> (4 * (field // 2))[:, :, None]) & 15
-    high = _run(weight, base + 128 + 32 * half + 16 * side, mask, 16)
+    high = _bytes(weight, base + 128 + 32 * half + 16 * side, mask, 16)
     high = (high >> (2 * field)[:, :, None]) & 3
     scales = tl.load(weight + base + 192 + group, mask=mask, other=0)
-    d = _half(weight, base + 208, mask)
+    d, _ = _factors(weight, base + 208, mask, 2)
     scale = d * scales.to(tl.int8, bitcast=True).to(tl.float32)
     return (low | (high << 4)) - 32, scale, scale
 
@@ -399,10 +389,10 @@ def weight_values(
     EXACT: tl.constexpr,
 ):
     """The float32 values of groups ``first`` to ``first + STEP - 1`` of the
-    weight rows at byte offsets `row_offset` ``(rows,)``: ``(rows, STEP *
-    GROUP)`` in column order, ``scale * code (+ offset)``. Groups from
-    `groups` (the row's end) and masked rows are zeros."""
-    rows: tl.constexpr = row_offset.shape[0]
+    weight rows at byte offsets `row_offset` ``(rows,)``: ``(rows, STEP,
+    GROUP)``, ``scale * code (+ offset)``. Groups from `groups` (the row's
+    end) and masked rows are zeros. Kept three-dimensional: flattening to
+    ``(rows, values)`` would move the tile through shared memory."""
     index = first + tl.arange(0, STEP)
     base = row_offset[:, None] + ((index // PER_BLOCK) * BLOCK_BYTES)[None, :]
     mask = row_mask[:, None] & (index < groups)[None, :]
@@ -414,7 +404,7 @@ def weight_values(
         values = values * one
     if OFFSET:
         values = values + offset[:, :, None]
-    return tl.reshape(values, (rows, STEP * GROUP))
+    return values
 
 
 # -- activations -----------------------------------------------------------------
@@ -448,111 +438,43 @@ def quantize_blocks(x):
 
 
 @triton.jit
-def quantized_activations(x):
-    """The activations ``(tokens, columns)`` as the products see them:
-    ``d * q`` per block (`quantize_blocks`), float32."""
-    codes, d = quantize_blocks(x)
-    return tl.reshape(d[:, :, None] * codes, (x.shape[0], x.shape[1]))
-
-
-@triton.jit
 def quantize_kernel(
-    codes,
-    scales,
+    scratch,
     x,
     tokens,
     cols,
     x_stride,
+    scale_offset,
     ROWS: tl.constexpr,
     WIDTH: tl.constexpr,
 ):
-    # A (ROWS x WIDTH) tile of the activations per program: int8 codes
-    # ``(tokens, cols)`` and float32 scales ``(tokens, cols / 32)``,
-    # contiguous.
+    # A (ROWS x WIDTH) tile of the activations per program, written to
+    # `scratch`: int8 codes ``(tokens, cols)``, and float32 scales ``(tokens,
+    # cols / 32)`` from byte `scale_offset` (a multiple of 16).
     row = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)[:, None]
     column = tl.program_id(1) * WIDTH + tl.arange(0, WIDTH)[None, :]
     mask = (row < tokens) & (column < cols)
     values = load_or_zero(x + row * x_stride + column, mask, tl.float32)
-    quantised, d = quantize_blocks(values)
-    quantised = tl.reshape(quantised, (ROWS, WIDTH)).to(tl.int8)
-    tl.store(codes + row * cols + column, quantised, mask=mask)
+    codes, d = quantize_blocks(values)
+    codes = tl.reshape(codes, (ROWS, WIDTH)).to(tl.int8)
+    tl.store(scratch + row * cols + column, codes, mask=mask)
+    scales = (scratch + scale_offset).to(tl.pointer_type(tl.float32), bitcast=True)
     block = tl.program_id(1) * (WIDTH // 32) + tl.arange(0, WIDTH // 32)[None, :]
     blocks = cols // 32
     tl.store(scales + row * blocks + block, d, mask=(row < tokens) & (block < blocks))
 
 
-# -- the products ---------------------------------------------------------------------
-
-
 @triton.jit
-def product_vector_kernel(
+def product_kernel(
     out,
     weight,
-    x,
-    one,
-    rows,
-    groups,
-    weight_stride,
-    x_stride,
-    out_stride,
-    TYPE: tl.constexpr,
-    GROUP: tl.constexpr,
-    PER_BLOCK: tl.constexpr,
-    BLOCK_BYTES: tl.constexpr,
-    OFFSET: tl.constexpr,
-    STRIDE_ALIGN: tl.constexpr,
-    TOKENS: tl.constexpr,
-    TOKEN_BLOCK: tl.constexpr,
-    ROWS: tl.constexpr,
-    STEP: tl.constexpr,
-):
-    # One program per `ROWS` weight rows and every token: a tile of groups
-    # is dequantised once per step and meets each token's quantised
-    # activations in a multiply-and-sum per row.
-    row = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
-    row_mask = row < rows
-    row_offset = row * weight_stride * STRIDE_ALIGN
-    token = tl.arange(0, TOKEN_BLOCK)[:, None]
-    total = tl.zeros([TOKEN_BLOCK, ROWS], tl.float32)
-    for first in range(0, groups, STEP):
-        values = weight_values(
-            weight,
-            row_offset,
-            row_mask,
-            first,
-            groups,
-            one,
-            STEP,
-            TYPE,
-            GROUP,
-            PER_BLOCK,
-            BLOCK_BYTES,
-            OFFSET,
-            False,
-        )
-        column = first * GROUP + tl.arange(0, STEP * GROUP)[None, :]
-        column_mask = column < groups * GROUP
-        for t in tl.static_range(TOKENS):
-            activations = load_or_zero(
-                x + t * x_stride + column, column_mask, tl.float32
-            )
-            partial = tl.sum(values * quantized_activations(activations), axis=1)
-            total += tl.where(token == t, partial[None, :], 0.0)
-    target = out + token.to(tl.int64) * out_stride + row[None, :]
-    store_as(target, total, (token < TOKENS) & row_mask[None, :])
-
-
-@triton.jit
-def product_tile_kernel(
-    out,
-    weight,
-    codes,
-    scales,
+    scratch,
     tokens,
     rows,
     groups,
     weight_stride,
     out_stride,
+    scale_offset,
     TYPE: tl.constexpr,
     GROUP: tl.constexpr,
     PER_BLOCK: tl.constexpr,
@@ -571,13 +493,14 @@ def product_tile_kernel(
     token = (tl.program_id(1) * TOKEN_BLOCK + tl.arange(0, TOKEN_BLOCK)).to(tl.int64)
     token_mask = (token < tokens)[:, None]
     cols = groups * GROUP
-    code_rows = codes + token[:, None] * cols
+    code_rows = scratch + token[:, None] * cols
+    scales = (scratch + scale_offset).to(tl.pointer_type(tl.float32), bitcast=True)
     scale_rows = scales + token * (cols // 32)
     position = tl.arange(0, GROUP)[None, :]
     total = tl.zeros([TOKEN_BLOCK, ROWS], tl.float32)
     for index in range(0, groups):
         base = (row_offset + (index // PER_BLOCK) * BLOCK_BYTES)[:, None]
-        part = tl.full([1, 1], index % PER_BLOCK, tl.int32)
+        part = (index % PER_BLOCK) + tl.zeros([1, 1], tl.int32)
         weight_codes, scale, offset = group_codes(
             weight, base, part, row_mask[:, None], 1.0, TYPE, False
         )
@@ -588,8 +511,7 @@ def product_tile_kernel(
         x_codes = x_codes.to(tl.float16)
         dot = tl.dot(x_codes, tl.trans(weight_codes))
         d = tl.load(scale_rows + (index * GROUP) // 32, mask=token < tokens, other=0.0)
-        factor = d[:, None] * tl.reshape(scale, (1, ROWS))
-        total += factor * dot
+        total += d[:, None] * tl.reshape(scale, (1, ROWS)) * dot
         if OFFSET:
             sums = tl.sum(x_codes.to(tl.float32), axis=1)
             total += (d * sums)[:, None] * tl.reshape(offset, (1, ROWS))
@@ -597,15 +519,81 @@ def product_tile_kernel(
     store_as(target, total, token_mask & row_mask[None, :])
 
 
+@triton.jit
+def product_vector_kernel(
+    out,
+    weight,
+    scratch,
+    rows,
+    groups,
+    weight_stride,
+    out_stride,
+    scale_offset,
+    TYPE: tl.constexpr,
+    GROUP: tl.constexpr,
+    PER_BLOCK: tl.constexpr,
+    BLOCK_BYTES: tl.constexpr,
+    OFFSET: tl.constexpr,
+    STRIDE_ALIGN: tl.constexpr,
+    TOKENS: tl.constexpr,
+    TOKEN_BLOCK: tl.constexpr,
+    ROWS: tl.constexpr,
+    STEP: tl.constexpr,
+):
+    # One program per `ROWS` weight rows and every token: a (rows x STEP
+    # groups) tile of weight codes per step meets each token's activation
+    # codes in integer dot products per group, then the groups' scales.
+    row = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    row_mask = row < rows
+    row_offset = row * weight_stride * STRIDE_ALIGN
+    cols = groups * GROUP
+    scales = (scratch + scale_offset).to(tl.pointer_type(tl.float32), bitcast=True)
+    token = tl.arange(0, TOKEN_BLOCK)[:, None]
+    total = tl.zeros([TOKEN_BLOCK, ROWS], tl.float32)
+    for first in range(0, groups, STEP):
+        index = first + tl.arange(0, STEP)
+        inside = index < groups
+        base = row_offset[:, None] + ((index // PER_BLOCK) * BLOCK_BYTES)[None, :]
+        codes, scale, offset = group_codes(
+            weight,
+            base,
+            (index % PER_BLOCK)[None, :],
+            row_mask[:, None] & inside[None, :],
+            1.0,
+            TYPE,
+            False,
+        )
+        column = (index * GROUP)[None, :, None] + tl.arange(0, GROUP)[None, None, :]
+        # Every row's copy of the activation codes is loaded (from the
+        # cache): a (rows, groups, GROUP) load takes the weight codes' layout,
+        # where one (1, groups, GROUP) load would make the compiler move the
+        # weight tile through shared memory to meet it.
+        column = column + tl.zeros([ROWS, 1, 1], tl.int32)
+        for t in tl.static_range(TOKENS):
+            x_codes = tl.load(
+                scratch + t * cols + column, mask=inside[None, :, None], other=0
+            ).to(tl.int32)
+            d = tl.load(scales + t * (cols // 32) + (index * GROUP) // 32, mask=inside)
+            dots = tl.sum(codes * x_codes, axis=2).to(tl.float32)
+            terms = scale * dots
+            if OFFSET:
+                terms += offset * tl.sum(x_codes, axis=2).to(tl.float32)
+            partial = tl.sum(terms * d[None, :], axis=1)
+            total += tl.where(token == t, partial[None, :], 0.0)
+    target = out + token.to(tl.int64) * out_stride + row[None, :]
+    store_as(target, total, (token < TOKENS) & row_mask[None, :])
+
+
 QUANTIZE_KERNEL = Kernel(quantize_kernel)
-PRODUCT_VECTOR_KERNEL = Kernel(product_vector_kernel)
-PRODUCT_TILE_KERNEL = Kernel(product_tile_kernel)
 
-# Tokens up to which the products take the vector kernel (decoding).
+# Tokens up to which the products take `product_vector_kernel` (decoding).
 VECTOR_MAX_TOKENS = 8
+PRODUCT_KERNEL = Kernel(product_kernel)
+PRODUCT_VECTOR_KERNEL = Kernel(product_vector_kernel)
 
-# Values a program of the row-streaming kernels holds at once. Under the
-# interpreter a program is a sequence of NumPy steps, so it takes large ones.
+# Values a program of `ggml_dequantize` or `quantize_kernel` holds at once.
+# Under the interpreter a program is a sequence of NumPy steps, so it takes
+# large ones.
 GPU_TILE_VALUES = 2048
 INTERPRETER_TILE_VALUES = 262144
 
@@ -614,61 +602,81 @@ def tile_values() -> int:
     return INTERPRETER_TILE_VALUES if INTERPRETER else GPU_TILE_VALUES
 
 
-def previous_power_of_two(value: int) -> int:
-    """The largest power of two at most `value` (1 for `value` <= 1)."""
-    return 1 << max(int(value).bit_length() - 1, 0)
-
-
 def groups_per_step(group: int, groups: int, width: int) -> int:
     """Groups per step: a power of two of about `width` values, no more than
     the row's `groups` need."""
     return min(next_power_of_two(max(1, width // group)), next_power_of_two(groups))
 
 
+def product_tiles(tokens: int, rows: int) -> tuple[int, int, int]:
+    """``(TOKEN_BLOCK, ROWS, num_warps)`` of `product_kernel`."""
+    if INTERPRETER:
+        # Few programs (each is a sequence of NumPy steps per group), but
+        # token tiles smaller than some tests' tokens, so that the grid has
+        # edges in both dimensions.
+        return max(16, min(next_power_of_two(tokens), 64)), 1024, 4
+    if tokens <= 32:
+        return (16 if tokens <= 16 else 32), 64, 4
+    # 8 warps for the (64 x 64) tile: 4 need about 250 registers a thread.
+    return 64, 64, 8
+
+
+def vector_tiles(rows: int, group: int, groups: int) -> tuple[int, int]:
+    """``(ROWS, STEP)`` of `product_vector_kernel`: rows per program and
+    groups per step."""
+    if INTERPRETER:
+        # Steps narrower than some tests' rows, so that the loop runs.
+        return 1024, groups_per_step(group, groups, 512)
+    # About 256 programs or more (a row per warp at first, then two), each
+    # step 512 values of each row.
+    return (4 if rows < 2048 else 8), groups_per_step(group, groups, 512)
+
+
 class QuantisedProduct:
     """The launch of ``out = quantised(x) @ dequantize(weight)[:row].T``
     shared by `ggml_mul_mat_vec_a8` and `ggml_mul_mat_a8` (the same product
-    for few or many tokens): up to `VECTOR_MAX_TOKENS` tokens the vector
-    kernel, from there the activations quantised once and the tiled
-    kernel."""
+    for few or many tokens): `quantize_kernel` into a scratch buffer, then
+    `product_vector_kernel` up to `VECTOR_MAX_TOKENS` tokens and
+    `product_kernel` from there."""
 
     def plan_product(self, args) -> None:
         weight, x, out = args.weight, args.x, args.out
         tokens, cols, rows = self.tokens, self.cols, self.rows
         geometry = group_constexprs(args.quant_type)
-        group = geometry["GROUP"]
-        groups = cols // group
+        groups = cols // geometry["GROUP"]
+        stride_units, alignment = weight_row_stride(weight)
         self.empty = tokens == 0 or rows == 0
-        self.vector = tokens <= VECTOR_MAX_TOKENS
-        weight_stride_units, alignment = weight_row_stride(weight)
-        geometry.update(alignment)
-        if self.vector:
-            if INTERPRETER:
-                # Steps narrower than most tests' rows, so that the loop runs.
-                step = groups_per_step(group, groups, 512)
-                per_program = tile_values() // (step * group)
-            else:
-                # Each program quantises the activations again: more rows per
-                # program share that work on large weights, while small ones
-                # keep about 256 programs to fill the GPU.
-                per_program = min(max(4, previous_power_of_two(rows // 256)), 16)
-                step = groups_per_step(group, groups, 512 if per_program <= 4 else 256)
-            per_program = max(1, min(per_program, next_power_of_two(rows)))
-            self._launch = PRODUCT_VECTOR_KERNEL.bind(
+        # The scratch buffer: the codes, then the scales 16-byte aligned.
+        scale_offset = -(-tokens * cols // 16) * 16
+        self.scratch_bytes = scale_offset + 4 * tokens * (cols // ACTIVATION_BLOCK)
+        width = min(next_power_of_two(cols), 4096 if INTERPRETER else 1024)
+        quantize_rows = max(1, min(tile_values() // width, next_power_of_two(tokens)))
+        self._quantize = QUANTIZE_KERNEL.bind(
+            grid=(-(-tokens // quantize_rows), -(-cols // width)),
+            arguments=(Pointer("int8"), x, tokens, cols, x.strides[0], scale_offset),
+            constexprs={"ROWS": quantize_rows, "WIDTH": width},
+            device=self.device,
+        )
+        arguments = (
+            out,
+            weight,
+            Pointer("int8"),
+            tokens,
+            rows,
+            groups,
+            stride_units,
+            out.strides[0],
+            scale_offset,
+        )
+        constexprs = {**geometry, **alignment}
+        if tokens <= VECTOR_MAX_TOKENS:
+            per_program, step = vector_tiles(rows, geometry["GROUP"], groups)
+            per_program = min(per_program, next_power_of_two(rows))
+            self._product = PRODUCT_VECTOR_KERNEL.bind(
                 grid=(-(-rows // per_program),),
-                arguments=(
-                    out,
-                    weight,
-                    x,
-                    1.0,
-                    rows,
-                    groups,
-                    weight_stride_units,
-                    x.strides[0],
-                    out.strides[0],
-                ),
+                arguments=arguments[:3] + arguments[4:],
                 constexprs={
-                    **geometry,
+                    **constexprs,
                     "TOKENS": tokens,
                     "TOKEN_BLOCK": next_power_of_two(tokens),
                     "ROWS": per_program,
@@ -677,77 +685,28 @@ class QuantisedProduct:
                 device=self.device,
             )
         else:
-            self.plan_tiles(
-                geometry, tokens, rows, groups, weight, weight_stride_units, x, out
+            token_block, per_program, warps = product_tiles(tokens, rows)
+            per_program = max(16, min(per_program, next_power_of_two(rows)))
+            self._product = PRODUCT_KERNEL.bind(
+                grid=(-(-rows // per_program), -(-tokens // token_block)),
+                arguments=arguments,
+                constexprs={
+                    **constexprs,
+                    "TOKEN_BLOCK": token_block,
+                    "ROWS": per_program,
+                },
+                device=self.device,
+                num_warps=warps,
             )
         self.overlap = OverlapGuard(out, (weight, x))
 
-    def plan_tiles(
-        self, geometry, tokens, rows, groups, weight, stride_units, x, out
-    ) -> None:
-        cols = groups * geometry["GROUP"]
-        if INTERPRETER:
-            width = min(next_power_of_two(cols), 4096)
-            quantize_rows = max(
-                1, min(tile_values() // width, next_power_of_two(tokens))
-            )
-            # Tiles smaller than some tests' tokens and rows, so that the
-            # grid has edges in both dimensions.
-            token_block = min(next_power_of_two(tokens), 64)
-            per_program = max(16, min(next_power_of_two(rows), 512))
-        else:
-            width = min(next_power_of_two(cols), 1024)
-            quantize_rows = max(1, 2048 // width)
-            token_block = 64 if tokens > 32 else 32 if tokens > 16 else 16
-            per_program = 64
-        # 8 warps for the (64 x 64) tile: 4 need about 250 registers a thread.
-        warps = 8 if token_block * per_program >= 4096 else 4
-        self.code_shape = (tokens, cols)
-        self.scale_shape = (tokens, cols // ACTIVATION_BLOCK)
-        self._quantize = QUANTIZE_KERNEL.bind(
-            grid=(-(-tokens // quantize_rows), -(-cols // width)),
-            arguments=(
-                Pointer("int8"),
-                Pointer("float32"),
-                x,
-                tokens,
-                cols,
-                x.strides[0],
-            ),
-            constexprs={"ROWS": quantize_rows, "WIDTH": width},
-            device=self.device,
-        )
-        self._tiles = PRODUCT_TILE_KERNEL.bind(
-            grid=(-(-rows // per_program), -(-tokens // token_block)),
-            arguments=(
-                out,
-                weight,
-                Pointer("int8"),
-                Pointer("float32"),
-                tokens,
-                rows,
-                groups,
-                stride_units,
-                out.strides[0],
-            ),
-            constexprs={
-                **geometry,
-                "TOKEN_BLOCK": token_block,
-                "ROWS": per_program,
-            },
-            device=self.device,
-            num_warps=warps,
-        )
-        self._launch = self._quantised_tiles
-
-    def _quantised_tiles(self, stream, out, weight, x) -> None:
+    def _run(self, stream, out, weight, x) -> None:
         import torch
 
         with stream_context(self.device, stream):
-            codes = torch.empty(self.code_shape, dtype=torch.int8, device=x.device)
-            scales = torch.empty(self.scale_shape, dtype=torch.float32, device=x.device)
-        self._quantize(stream, codes, scales, x)
-        self._tiles(stream, out, weight, codes, scales)
+            scratch = torch.empty(self.scratch_bytes, dtype=torch.int8, device=x.device)
+        self._quantize(stream, scratch, x)
+        self._product(stream, out, weight, scratch)
 
     def launch(self, stream, weight, x, out) -> None:
         if self.empty:
@@ -755,7 +714,7 @@ class QuantisedProduct:
         if self.overlap(out, (weight, x)):
             with stream_context(self.device, stream):
                 staging = staging_like(out)
-                self._launch(stream, staging, weight, x)
+                self._run(stream, staging, weight, x)
                 out.copy_(staging)
             return
-        self._launch(stream, out, weight, x)
+        self._run(stream, out, weight, x)

@@ -75,9 +75,10 @@ def ggml_dequantize_kernel(
         OFFSET,
         True,
     )
-    column = first * GROUP + tl.arange(0, STEP * GROUP)[None, :]
-    mask = row_mask[:, None] & (column < groups * GROUP)
-    store_as(out + row[:, None] * out_stride + column, values, mask)
+    index = first + tl.arange(0, STEP)
+    column = (index * GROUP)[None, :, None] + tl.arange(0, GROUP)[None, None, :]
+    mask = (row_mask[:, None] & (index < groups)[None, :])[:, :, None]
+    store_as(out + (row * out_stride)[:, None, None] + column, values, mask)
 
 
 KERNEL = Kernel(ggml_dequantize_kernel)

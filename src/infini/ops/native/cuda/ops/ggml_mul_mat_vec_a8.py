@@ -1,15 +1,16 @@
 """CUDA-like `ggml_mul_mat_vec_a8` (slot 0) in Triton: the decode-time product
 with GGML block-quantised weights (kernels in `infini.ops.native.cuda.ggml`).
 
-Up to 8 tokens (`VECTOR_MAX_TOKENS`), one program per tile of 4 to 16 weight
-rows streams the rows' blocks once: per step it dequantises a (rows x 256 or
-512 values) tile in registers (the per-type group helpers) and, for each
-token, quantises that stretch of the activations per block of 32 values (int8
-codes, ``d = absmax / 127``) and adds the tile's products with ``d * q`` to the
-rows' float32 sums. From 9 tokens the activations are quantised once and the
-tiled tensor-core kernel of `ggml_mul_mat_a8` runs: both operators compute the
-same product, whatever the number of tokens. An `out` overlapping `weight` or
-`x` is computed into a staging buffer.
+A first kernel quantises the activations once (int8 codes and a float32
+scale per block of 32 values, in a scratch buffer on the caller's stream).
+Up to 8 tokens, one program per 4 or 8 weight rows then streams the rows'
+blocks once, 512 values per row and step: the per-type group helper unpacks
+the codes in registers, each token's codes meet them in exact integer dot
+products per group (16 or 32 values), scaled by the group's and the
+activation block's scales into float32 sums, rounded once to `out`. From 9
+tokens the tiled tensor-core kernel of `ggml_mul_mat_a8` runs instead: both
+operators compute the same product. An `out` overlapping `weight` or `x` is
+computed into a staging buffer.
 """
 
 from __future__ import annotations
