@@ -70,6 +70,8 @@ EXAMPLES = {
         _product(Q4_K, 1, 576, 1536, kind=MEMORY),
         _product(Q5_K, 4, 576, 1536, "float16", kind=MEMORY),
         _product(Q6_K, 1, 576, 1536),
+        # More tokens than decoding: the tensor-core kernel's narrow tiles.
+        _product(Q4_K, 12, 576, 1536, kind=PRODUCT),
     ],
     "ggml_mul_mat_a8": [
         _product(Q4_0, 128, 576, 1536, kind=PRODUCT),

@@ -615,8 +615,11 @@ def product_tiles(tokens: int, rows: int) -> tuple[int, int, int]:
         # token tiles smaller than some tests' tokens, so that the grid has
         # edges in both dimensions.
         return max(16, min(next_power_of_two(tokens), 64)), 1024, 4
+    if tokens <= 16:
+        # Few tokens: narrower tiles keep enough programs on small weights.
+        return 16, 32 if rows >= 4096 else 16, 4
     if tokens <= 32:
-        return (16 if tokens <= 16 else 32), 64, 4
+        return 32, 64, 4
     # 8 warps for the (64 x 64) tile: 4 need about 250 registers a thread.
     return 64, 64, 8
 
