@@ -2,7 +2,6 @@ import pytest
 import torch
 
 import infini.ops
-from infini.ops.core.devices import TRITON_INTERPRETER
 from tests._ggml import (
     FLOAT_DTYPES,
     TYPES,
@@ -76,17 +75,9 @@ def test_ggml_dequantize_odd_block_counts(
     torch.testing.assert_close(out.cpu(), expected, rtol=0, atol=0)
 
 
-def test_ggml_dequantize_out_overlaps_weight(request, device, implementation_index):
+def test_ggml_dequantize_out_overlaps_weight(device, implementation_index):
     # The packed bytes live in the first rows of `out`'s memory: the result
     # is as if the weight had been read before anything was written.
-    if device == "cpu" and not TRITON_INTERPRETER:
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="the CPU kernel writes rows of `out` over weight rows it "
-                "has not read yet (no staging for an overlapping `out`)",
-            )
-        )
     weight = blocks(8, 4, 64, seed=1)
     storage = torch.zeros(4 * 64 * 4, dtype=torch.uint8, device=device)
     storage[: weight.numel()] = weight.reshape(-1).to(device)

@@ -1,11 +1,14 @@
 """CPU `ggml_dequantize` (slot 0): one pass over the packed blocks,
-parallel over chunks of rows."""
+parallel over chunks of rows. An `out` sharing memory with `weight` gets
+the result of reading every block first: the blocks are copied aside
+before the pass (docs/behaviour.md, "Aliasing")."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from infini.ops.base.ggml_dequantize import GgmlDequantize
+from infini.ops.core.geometry import AliasGuard
 from infini.ops.core.registry import implementation
 from infini.ops.native.cpu.ggml import dequantize_kernel
 
@@ -32,19 +35,31 @@ class CpuGgmlDequantize(GgmlDequantize):
             0 if args.out.dtype == "float32" else self.chunks * self.cols, np.float32
         )
         self.scratch_address = self.scratch.ctypes.data
+        self.overlap = AliasGuard(
+            args.out, args.out.strides, [(args.weight, args.weight.strides)]
+        )
 
     def launch(self, stream, weight, out) -> None:
-        if self.rows:
-            self.run(
-                weight.data_ptr(),
-                self.weight_stride,
-                out.data_ptr(),
-                self.out_stride,
-                self.rows,
-                self.cols,
-                self.chunks,
-                self.scratch_address,
+        if not self.rows:
+            return
+        if self.overlap.needs_staging(out.data_ptr(), [weight.data_ptr()]):
+            import torch
+
+            blocks = torch.empty_strided(
+                weight.shape, weight.stride(), dtype=weight.dtype
             )
+            blocks.copy_(weight)
+            weight = blocks
+        self.run(
+            weight.data_ptr(),
+            self.weight_stride,
+            out.data_ptr(),
+            self.out_stride,
+            self.rows,
+            self.cols,
+            self.chunks,
+            self.scratch_address,
+        )
 
     @classmethod
     def precompile(cls) -> int:
