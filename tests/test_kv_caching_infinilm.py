@@ -2,7 +2,6 @@ import pytest
 import torch
 
 import infini.ops
-from infini.ops.core.devices import TRITON_INTERPRETER
 from tests.utils import Payload
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -158,11 +157,6 @@ def test_kv_caching_infinilm_sources_inside_the_caches(
     back, or forward from the start: then `k` has the address and strides
     of `k_cache`): every row gets the values the sources held before the
     call, as if they had been copied first."""
-    if device == "cpu" and not TRITON_INTERPRETER and source_start == 0:
-        pytest.skip(
-            "the CPU kernel (native/cpu/kv_cache.py) copies rows in order "
-            "without staging sources that overlap the caches"
-        )
     batch, heads, seq, head_size, length = 2, 3, 6, 16, 12
     k_cache = torch.randn(batch, heads, length, head_size, device=device)
     v_cache = torch.randn(batch, heads, length, head_size, device=device)

@@ -2,7 +2,6 @@ import pytest
 import torch
 
 import infini.ops
-from infini.ops.core.devices import TRITON_INTERPRETER
 from tests.utils import Payload
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -168,11 +167,6 @@ def test_paged_caching_infinilm_many_tokens(dtype, device, implementation_index)
 def test_paged_caching_infinilm_sources_inside_the_caches(device, implementation_index):
     """`k` and `v` are views of cache blocks that other slots overwrite: the
     caches get the values the sources held before the call."""
-    if device == "cpu" and not TRITON_INTERPRETER:
-        pytest.skip(
-            "the CPU kernel (native/cpu/kv_cache.py) writes token by token "
-            "without staging sources that overlap the caches"
-        )
     blocks, heads, block_size, head_size = 4, 2, 4, 8
     k_cache = torch.randn(blocks, heads, block_size, head_size, device=device)
     v_cache = torch.randn(blocks, heads, block_size, head_size, device=device)

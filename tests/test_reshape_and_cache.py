@@ -2,7 +2,6 @@ import pytest
 import torch
 
 import infini.ops
-from infini.ops.core.devices import TRITON_INTERPRETER
 from tests.utils import Payload
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -323,11 +322,6 @@ def test_reshape_and_cache_runs_of_three(dtype, device, implementation_index):
 def test_reshape_and_cache_sources_inside_the_caches(device, implementation_index):
     """`key` is a view of the key cache that the write overwrites: the caches
     get the values it held before the call."""
-    if device == "cpu" and not TRITON_INTERPRETER:
-        pytest.skip(
-            "the CPU kernel (native/cpu/kv_cache.py) writes token by token "
-            "without staging sources that overlap the caches"
-        )
     blocks, heads, head_size, block_size = 3, 2, 8, 4
     shape = (blocks, heads, 1, block_size, head_size)
     key_cache = torch.randn(shape, device=device)

@@ -17,7 +17,9 @@ arbitrary source and destination strides, which covers the vLLM layouts
 (including the ``[blocks, heads, head/x, block, x]`` key cache, where the
 head dimension splits in two) and permuted views. Tokens run in parallel.
 Indices are checked in a first pass, so a bad one leaves the caches as they
-were.
+were. A source sharing memory with a cache (a view of the cache itself) is
+copied aside first, so every token gets the values the sources held before
+the call (docs/behaviour.md, "Aliasing").
 
 ``kv_cache_dtype`` "auto" copies bit patterns; the fp8 modes divide by the
 scale in float32 and round to nearest even into fp8 bytes, saturating to the
@@ -26,6 +28,7 @@ largest finite value as vLLM's CUDA kernels do (`__NV_SATFINITE`).
 
 from __future__ import annotations
 
+import ctypes
 from functools import cache
 
 import numpy as np
@@ -291,6 +294,9 @@ class CacheWrite:
         plan[INDEX_SPAN], plan[BLOCK_SIZE], plan[LIMIT] = index_span, block_size, limit
         plan[COUNT] = len(pairs)
         per_token = 0
+        # Bytes each source and each cache reaches from its first element.
+        self.source_bytes = []
+        self.cache_bytes = []
         # The fewest per-token matrix rows of any pair (append-mode units).
         min_rows = 1 << 62
         for which, pair in enumerate(pairs):
@@ -305,6 +311,8 @@ class CacheWrite:
             inner_dst = (0,) * padding + tuple(inner_dst)
             plan[block + SRC_SPAN] = span(src.shape, src.strides)
             plan[block + DST_SPAN] = span(dst.shape, dst.strides)
+            self.source_bytes.append(int(plan[block + SRC_SPAN]) * src.element_size)
+            self.cache_bytes.append(int(plan[block + DST_SPAN]) * dst.element_size)
             plan[block + SRC_B], plan[block + SRC_S] = src_strides
             plan[block + DST_A], plan[block + DST_B] = dst_strides
             plan[block + N0 : block + N2 + 1] = shape
@@ -331,6 +339,21 @@ class CacheWrite:
     def __call__(self, k_dst, k_src, v_dst, v_src, index, k_scale=0, v_scale=0) -> int:
         if self.empty:
             return -1
+        caches = list(zip((k_dst, v_dst), self.cache_bytes))
+        sources = [k_src, v_src]
+        aside = []
+        for which, nbytes in enumerate(self.source_bytes):
+            start = sources[which]
+            if any(
+                start < address + reach and address < start + nbytes
+                for address, reach in caches
+            ):
+                # A view of a cache: the tokens it holds may be overwritten
+                # before they are read, so read them from a copy.
+                copy = np.empty(nbytes, np.uint8)
+                ctypes.memmove(copy.ctypes.data, start, nbytes)
+                aside.append(copy)
+                sources[which] = copy.ctypes.data
         return self.kernel(
-            k_dst, k_src, v_dst, v_src, index, k_scale, v_scale, self.plan
+            k_dst, sources[0], v_dst, sources[1], index, k_scale, v_scale, self.plan
         )
