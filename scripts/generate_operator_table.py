@@ -30,17 +30,20 @@ BEGIN_MARKER = (
 )
 END_MARKER = "<!-- operator-table: end -->"
 
-# The platform whose slots the CUDA-like column shows: every CUDA-like
-# platform has the same Triton kernels.
-CUDA_LIKE_COLUMN_PLATFORM = "nvidia"
+# The platforms of the columns after the CPU's: NVIDIA, and MetaX standing
+# for the other CUDA-like platforms (Iluvatar, MetaX, Moore, Hygon and T-Head
+# share one set of Triton kernels; NVIDIA adds the operators the original
+# has on NVIDIA alone, and the Triton JIT backend).
+GPU_COLUMN_PLATFORMS = ("nvidia", "metax")
 
 
-def full_build_manifest(source_dir: Path) -> dict:
-    """The manifest of a build with every backend the table shows."""
+def full_build_manifest(source_dir: Path, accelerator: str = "nvidia") -> dict:
+    """The manifest of a build of the CPU and `accelerator` with every
+    backend the table shows."""
     import torch
 
     configuration = BuildConfiguration(
-        devices=("cpu", CUDA_LIKE_COLUMN_PLATFORM),
+        devices=("cpu", accelerator),
         with_torch=True,
         with_triton=True,
     )
@@ -58,21 +61,31 @@ def torch_minor_version(version: str) -> str:
     return ".".join(version.split("+")[0].split(".")[:2])
 
 
-def operator_table(source_dir: Path, manifest: dict | None = None) -> str:
-    """The text between the README markers."""
-    manifest = manifest or full_build_manifest(source_dir)
+def operator_table(source_dir: Path, manifests: dict | None = None) -> str:
+    """The text between the README markers (`manifests`: the build manifest
+    of each of `GPU_COLUMN_PLATFORMS`, built when not given)."""
+    manifests = manifests or {
+        platform: full_build_manifest(source_dir, platform)
+        for platform in GPU_COLUMN_PLATFORMS
+    }
+    manifest = manifests[GPU_COLUMN_PLATFORMS[0]]
     operators = manifest["operators"]
     bases = scan_bases(source_dir)
-    lines = ["| operator | CPU slots | CUDA-like slots |", "|---|---|---|"]
+    lines = [
+        "| operator | CPU slots | NVIDIA slots | other CUDA-like slots |",
+        "|---|---|---|---|",
+    ]
     for name in sorted(bases):
-        implementations = operators.get(name, {}).get("implementations", [])
         cells = []
-        for platform in ("cpu", CUDA_LIKE_COLUMN_PLATFORM):
+        for platform in ("cpu", *GPU_COLUMN_PLATFORMS):
+            entry = manifests.get(platform, manifest)["operators"].get(name, {})
             slots = sorted(
-                i["slot"] for i in implementations if platform in i["devices"]
+                i["slot"]
+                for i in entry.get("implementations", [])
+                if platform in i["devices"]
             )
             cells.append(", ".join(map(str, slots)) or "-")
-        lines.append(f"| `{name}` | {cells[0]} | {cells[1]} |")
+        lines.append(f"| `{name}` | {' | '.join(cells)} |")
     generated = sum(1 for name in operators if name not in bases)
     lines += [
         "",
