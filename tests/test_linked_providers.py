@@ -32,6 +32,20 @@ def _close(actual, expected, rtol, atol):
     torch.testing.assert_close(actual.float(), expected.float(), rtol=rtol, atol=atol)
 
 
+def _agree(linked, native, rtol, atol, linked_roundings=1):
+    """The two slots, each already within its tolerance of the float64
+    reference, agree within the sum of the two: one may round up where the
+    other rounds down."""
+    scale = 1 + linked_roundings
+    _close(linked, native, scale * rtol, scale * atol)
+
+
+# vLLM's norms round the normalised row to the 16-bit type before the weight
+# multiplies it: two roundings, so up to about twice our (single rounding)
+# error; which rows it shows on depends on the machine's vector path.
+NORM_ROUNDINGS = {0: 1, LINKED_SLOT: 2}
+
+
 @pytest.mark.parametrize("tokens, hidden", SHAPES)
 @pytest.mark.parametrize("dtype, rtol, atol", DTYPES)
 def test_rms_norm(tokens, hidden, dtype, rtol, atol):
@@ -44,9 +58,10 @@ def test_rms_norm(tokens, hidden, dtype, rtol, atol):
     for slot in (0, LINKED_SLOT):
         out = torch.empty_like(input)
         infini.ops.rms_norm(input, weight, 1e-6, out, implementation_index=slot)
-        _close(out, expected, rtol, atol)
+        roundings = NORM_ROUNDINGS[slot]
+        _close(out, expected, roundings * rtol, roundings * atol)
         results[slot] = out
-    _close(results[LINKED_SLOT], results[0], rtol, atol)
+    _agree(results[LINKED_SLOT], results[0], rtol, atol, NORM_ROUNDINGS[LINKED_SLOT])
 
 
 @pytest.mark.parametrize("tokens, hidden", SHAPES)
@@ -64,9 +79,10 @@ def test_fused_add_rms_norm(tokens, hidden, dtype, rtol, atol):
         a, b = input.clone(), residual.clone()
         infini.ops.fused_add_rms_norm(a, b, weight, 1e-6, implementation_index=slot)
         _close(b, total, rtol, atol)
-        _close(a, expected, rtol, atol)
+        roundings = NORM_ROUNDINGS[slot]
+        _close(a, expected, roundings * rtol, roundings * atol)
         results[slot] = a
-    _close(results[LINKED_SLOT], results[0], rtol, atol)
+    _agree(results[LINKED_SLOT], results[0], rtol, atol, NORM_ROUNDINGS[LINKED_SLOT])
 
 
 @pytest.mark.parametrize("tokens, hidden", SHAPES)
@@ -82,7 +98,7 @@ def test_silu_and_mul(tokens, hidden, dtype, rtol, atol):
         infini.ops.silu_and_mul(input, out, implementation_index=slot)
         _close(out, expected, rtol, atol)
         results[slot] = out
-    _close(results[LINKED_SLOT], results[0], rtol, atol)
+    _agree(results[LINKED_SLOT], results[0], rtol, atol)
 
 
 def _rope_reference(positions, x, head_size, cache, is_neox):
@@ -126,7 +142,7 @@ def test_rotary_embedding(tokens, is_neox, dtype, rtol, atol):
         _close(q, expected_query, rtol, atol)
         _close(k, expected_key, rtol, atol)
         results[slot] = q
-    _close(results[LINKED_SLOT], results[0], rtol, atol)
+    _agree(results[LINKED_SLOT], results[0], rtol, atol)
 
 
 def test_rotary_embedding_staged_options():
@@ -414,7 +430,7 @@ def test_paged_attention_prefill(lengths, queries, dtype, rtol, atol):
         )
         _close(out, expected, rtol, atol)
         results[slot] = out
-    _close(results[LINKED_SLOT], results[0], rtol, atol)
+    _agree(results[LINKED_SLOT], results[0], rtol, atol)
 
 
 def test_paged_attention_strided_query_and_output():
