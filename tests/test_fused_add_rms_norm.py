@@ -20,6 +20,14 @@ CASES = (
 )
 
 
+def _roundings(index):
+    """How many times an implementation rounds the normalised row: vLLM's
+    (the linked slots, 16 and up) rounds it to the 16-bit type before the
+    weight multiplies it, so its error reaches about twice ours (on machines
+    without AVX-512 its 16-bit path shows it)."""
+    return 2 if index >= 16 else 1
+
+
 def _params():
     for *case, smoke in CASES:
         for dtype, rtol, atol in DTYPES:
@@ -71,8 +79,8 @@ def test_fused_add_rms_norm(
         _fused_add_rms_norm,
         _torch_fused_add_rms_norm,
         (input, residual, weight, 1e-6, implementation_index),
-        rtol=rtol,
-        atol=atol,
+        rtol=rtol * _roundings(implementation_index),
+        atol=atol * _roundings(implementation_index),
     )
 
 
@@ -110,7 +118,8 @@ def test_fused_add_rms_norm_large_rows_run_in_parallel(device, implementation_in
     weight = torch.randn(512, dtype=torch.bfloat16, device=device)
     expected = _torch_fused_add_rms_norm(input, residual, weight, 1e-6, 0)
     _fused_add_rms_norm(input, residual, weight, 1e-6, implementation_index)
-    assert torch.allclose(input, expected[0], rtol=1e-2, atol=1e-2)
+    tolerance = 1e-2 * _roundings(implementation_index)
+    assert torch.allclose(input, expected[0], rtol=tolerance, atol=tolerance)
     assert torch.equal(residual, expected[1])
 
 
