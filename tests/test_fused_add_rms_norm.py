@@ -23,8 +23,8 @@ CASES = (
 def _roundings(index):
     """How many times an implementation rounds the normalised row: vLLM's
     (the linked slots, 16 and up) rounds it to the 16-bit type before the
-    weight multiplies it, so its error reaches about twice ours (on machines
-    without AVX-512 its 16-bit path shows it)."""
+    weight multiplies it, and without AVX-512 it truncates 16-bit results,
+    so its error reaches about twice ours."""
     return 2 if index >= 16 else 1
 
 
@@ -120,7 +120,12 @@ def test_fused_add_rms_norm_large_rows_run_in_parallel(device, implementation_in
     _fused_add_rms_norm(input, residual, weight, 1e-6, implementation_index)
     tolerance = 1e-2 * _roundings(implementation_index)
     assert torch.allclose(input, expected[0], rtol=tolerance, atol=tolerance)
-    assert torch.equal(residual, expected[1])
+    if implementation_index >= 16:
+        # vLLM's CPU kernel without AVX-512 truncates the 16-bit sum instead
+        # of rounding it: within one unit in the last place.
+        torch.testing.assert_close(residual, expected[1], rtol=2**-7, atol=0)
+    else:
+        assert torch.equal(residual, expected[1])
 
 
 def test_fused_add_rms_norm_rejects_bad_arguments_without_writing(device):
