@@ -67,6 +67,15 @@ def main() -> None:
                 token = greedy(model)
                 model.eval([token])
             decode = arguments.steps / (time.perf_counter() - begin)
+            # Every requested token must have been evaluated, or the time
+            # measures fewer tokens than the rate claims.
+            expected = prompt_len + 1 + arguments.steps
+            if model.n_tokens != expected:
+                raise SystemExit(
+                    f"llama.cpp (prompt {prompt_len} x batch 1) stopped at "
+                    f"{model.n_tokens - prompt_len} of {1 + arguments.steps} new "
+                    "tokens; no rate is published for it."
+                )
             best_prefill = min(best_prefill, prefill)
             best_decode = max(best_decode, decode)
         results[str(prompt_len)] = {

@@ -157,13 +157,31 @@ def timed(function) -> float:
     return time.perf_counter() - begin
 
 
+class IncompleteRun(RuntimeError):
+    """A runner stopped before the tokens it was asked for: its time does
+    not measure that many tokens, so no rate is published."""
+
+
+def require_tokens(runner: str, shape: str, produced, requested: int) -> None:
+    """Raises `IncompleteRun` unless every sequence got `requested` new
+    tokens (`produced`: the count of each sequence)."""
+    short = sorted({int(count) for count in produced if count != requested})
+    if short:
+        raise IncompleteRun(
+            f"{runner} ({shape}) stopped at {short[0]} of {requested} new tokens; "
+            "no rate is published for it."
+        )
+
+
 def measure_ours(model: LlamaModel, batch, prompt_len, steps, rng):
     """(prefill seconds, decode tokens/s) of `batch` prompts of `prompt_len`
     random tokens, then `steps` decode steps."""
     scheduler = Scheduler(model)
     vocab = model.config.vocab_size
-    for _ in range(batch):
+    sequences = [
         scheduler.add(list(rng.integers(0, vocab, prompt_len)), steps + 2, ())
+        for _ in range(batch)
+    ]
 
     def prefill():
         while any(s.prefilling for s in scheduler.running + scheduler.waiting):
@@ -174,6 +192,12 @@ def measure_ours(model: LlamaModel, batch, prompt_len, steps, rng):
     decode_time = timed(lambda: [scheduler.step() for _ in range(steps)])
     while not scheduler.idle:
         scheduler.step()
+    require_tokens(
+        "ours",
+        f"{model.dtype}, prompt {prompt_len} x batch {batch}",
+        [len(sequence.output) for sequence in sequences],
+        steps + 2,
+    )
     return prefill_time, batch * steps / decode_time
 
 
@@ -201,16 +225,22 @@ def measure_torch(model: LlamaModel, batch, prompt_len, steps, rng):
 def measure_transformers(reference, batch, prompt_len, steps, rng, vocab):
     ids = torch.from_numpy(rng.integers(3, vocab, (batch, prompt_len)))
     options = dict(do_sample=False, pad_token_id=0, eos_token_id=None)
-    with torch.no_grad():
-        one = timed(
-            lambda: reference.generate(
-                ids, max_new_tokens=1, min_new_tokens=1, **options
-            )
+    shape = f"{reference.dtype}, prompt {prompt_len} x batch {batch}"
+    outputs = {}
+
+    def generate(tokens):
+        outputs[tokens] = reference.generate(
+            ids, max_new_tokens=tokens, min_new_tokens=tokens, **options
         )
-        more = timed(
-            lambda: reference.generate(
-                ids, max_new_tokens=1 + steps, min_new_tokens=1 + steps, **options
-            )
+
+    with torch.no_grad():
+        one = timed(lambda: generate(1))
+        more = timed(lambda: generate(1 + steps))
+    # `generate` may stop early (a length limit of the model's generation
+    # config); the difference of the two times then is not `steps` tokens.
+    for tokens, output in outputs.items():
+        require_tokens(
+            "transformers", shape, [output.shape[1] - prompt_len] * batch, tokens
         )
     return one, batch * steps / max(more - one, 1e-9)
 
@@ -331,7 +361,12 @@ def measure_llama_cpp(arguments, path, prompts, steps) -> dict:
         "--steps",
         str(steps),
     ]
-    output = subprocess.run(command, check=True, capture_output=True, text=True)
+    output = subprocess.run(command, capture_output=True, text=True)
+    if output.returncode != 0:
+        # `llama_cpp_speed.py` exits with the reason (a run that stopped
+        # early included): no figures are published.
+        lines = output.stderr.strip().splitlines() or ["no output"]
+        raise IncompleteRun(f"llama.cpp runner failed: {lines[-1]}")
     measured = json.loads(output.stdout.splitlines()[-1])
     print(f"llama.cpp: {measured}", flush=True)
     return measured

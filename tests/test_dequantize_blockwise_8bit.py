@@ -92,3 +92,16 @@ def test_dequantize_blockwise_8bit_rejects(
             implementation_index=implementation_index,
         )
     assert not out.any()
+
+
+@pytest.mark.parametrize("shape", [(3, 0), (0, 5), (2, 0, 4)])
+def test_dequantize_blockwise_8bit_zero_size_2d(shape, device, implementation_index):
+    # torch gives a zero-size tensor strides such as (1, 1) for (3, 0): it is
+    # packed (no elements), not a layout to refuse (found by the fuzz).
+    input = torch.empty(shape, dtype=torch.uint8, device=device)
+    out = torch.empty(shape, device=device)
+    infini.ops.dequantize_blockwise_8bit(
+        input, torch.ones(0, device=device), _code().to(device), 64, out,
+        implementation_index=implementation_index,
+    )  # fmt: skip
+    assert out.shape == shape

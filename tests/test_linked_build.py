@@ -108,6 +108,7 @@ def test_installed_providers_take_slot_16(source, tmp_path):
         "rms_norm",
         "fused_add_rms_norm",
         "silu_and_mul",
+        "gelu_tanh_and_mul",
         "rotary_embedding",
         "dequantize_nf4",
         "dequantize_blockwise_8bit",

@@ -101,6 +101,22 @@ def test_silu_and_mul(tokens, hidden, dtype, rtol, atol):
     _agree(results[LINKED_SLOT], results[0], rtol, atol)
 
 
+@pytest.mark.parametrize("tokens, hidden", SHAPES)
+@pytest.mark.parametrize("dtype, rtol, atol", DTYPES)
+def test_gelu_tanh_and_mul(tokens, hidden, dtype, rtol, atol):
+    _require(infini.ops.GeluTanhAndMul)
+    input = torch.randn(tokens, 2 * hidden, dtype=dtype)
+    gate, up = input.double().chunk(2, dim=-1)
+    expected = torch.nn.functional.gelu(gate, approximate="tanh") * up
+    results = {}
+    for slot in (0, LINKED_SLOT):
+        out = torch.empty(tokens, hidden, dtype=dtype)
+        infini.ops.gelu_tanh_and_mul(input, out, implementation_index=slot)
+        _close(out, expected, rtol, atol)
+        results[slot] = out
+    _agree(results[LINKED_SLOT], results[0], rtol, atol)
+
+
 def _rope_reference(positions, x, head_size, cache, is_neox):
     x = x.double().unflatten(-1, (-1, head_size)).clone()
     half = cache.shape[-1] // 2

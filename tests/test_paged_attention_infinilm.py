@@ -14,10 +14,14 @@ DTYPES = (
 )
 
 
-def reference(q, k_cache, v_cache, block_tables, seq_lens, cum, slopes, scale):
+def reference(
+    q, k_cache, v_cache, block_tables, seq_lens, cum, slopes, scale, window=0
+):
     """Gathers each sequence's pages and computes
     ``softmax(q K^T * scale + alibi, causal) V`` in float64; a sequence's
-    queries are its last tokens (decode: `cum` is None, one token each)."""
+    queries are its last tokens (decode: `cum` is None, one token each).
+    A `window` W > 0 also masks keys W or more positions before the query
+    (transformers' sliding mask: visible when ``q_idx - kv_idx < W``)."""
     tokens, heads, head_size = q.shape
     kv_heads, block_size = k_cache.shape[1], k_cache.shape[2]
     out = torch.zeros(tokens, heads, head_size, dtype=torch.float64)
@@ -40,6 +44,8 @@ def reference(q, k_cache, v_cache, block_tables, seq_lens, cum, slopes, scale):
         if slopes is not None:
             scores = scores + slopes.double()[:, None, None] * distance
         scores = scores.masked_fill(distance > 0, float("-inf"))
+        if window > 0:
+            scores = scores.masked_fill(distance <= -window, float("-inf"))
         weights = torch.softmax(scores, -1)
         out[start:stop] = torch.einsum("hmn,nhd->mhd", weights, values)
     return out
@@ -254,3 +260,110 @@ def test_paged_attention_infinilm_rejects_bad_dtypes(device):
             q, cache, cache, tables, lengths, torch.ones(2, device=device), 0.1,
             torch.empty_like(q),
         )  # fmt: skip
+
+
+# -- the sliding `window` (our extension, docs/behaviour.md, "Sliding-window
+# attention"): a query at position `p` attends keys ``p - window < j <= p``,
+# as transformers' Gemma-3 mask (``q_idx - kv_idx < sliding_window``) and
+# llama.cpp's do. The prefill tests reuse these helpers.
+
+
+def window_inputs(query_lens, seq_lens, heads, kv_heads, head_size, block_size,
+                  dtype, index_dtype=torch.int32):  # fmt: skip
+    """Shuffled paged caches of `seq_lens` tokens and the queries: ``(q,
+    k_cache, v_cache, tables, lengths, cum_seq_lens_q)``."""
+    seqs, tokens = len(seq_lens), sum(query_lens)
+    max_blocks = -(-max(seq_lens) // block_size) + 1
+    blocks = seqs * max_blocks + 3
+    k_cache = make_cache(blocks, kv_heads, block_size, head_size, dtype)
+    v_cache = make_cache(blocks, kv_heads, block_size, head_size, dtype, "HND")
+    tables = make_tables(seq_lens, block_size, max_blocks, blocks, index_dtype)
+    lengths = torch.tensor(seq_lens, dtype=index_dtype)
+    cum = torch.tensor(
+        [0, *torch.tensor(query_lens).cumsum(0).tolist()], dtype=index_dtype
+    )
+    q = torch.randn(tokens, heads, head_size, dtype=dtype)
+    return q, k_cache, v_cache, tables, lengths, cum
+
+
+def _decode_window(inputs, slopes, scale, window, device, index):
+    q, k_cache, v_cache, tables, lengths, _ = (x.to(device) for x in inputs)
+    out = torch.empty_like(q)
+    infini.ops.paged_attention_infinilm(
+        q, k_cache, v_cache, tables, lengths, slopes, scale, out,
+        window=window, implementation_index=index,
+    )  # fmt: skip
+    return out.cpu()
+
+
+def _decode_expected(inputs, slopes, scale, window):
+    q, k_cache, v_cache, tables, lengths, _ = inputs
+    return reference(q, k_cache, v_cache, tables, lengths, None, slopes, scale, window)
+
+
+# Lengths against windows smaller than some and larger than others (1: only
+# the token itself; a length; one more than it; beyond every length).
+DECODE_WINDOWS = (1, 5, 13, 14, 64, 600)
+DECODE_LENGTHS = (1, 13, 33, 100, 0, 517)
+
+
+@pytest.mark.parametrize("window", DECODE_WINDOWS)
+@pytest.mark.parametrize("dtype, rtol, atol", DTYPES, ids=str)
+def test_paged_attention_infinilm_window(
+    window, dtype, rtol, atol, device, implementation_index
+):
+    inputs = window_inputs(
+        (1,) * len(DECODE_LENGTHS), DECODE_LENGTHS, 8, 2, 64, 16, dtype
+    )
+    actual = _decode_window(inputs, None, 0.125, window, device, implementation_index)
+    expected = _decode_expected(inputs, None, 0.125, window)
+    assert torch.allclose(actual.double(), expected, rtol=rtol, atol=atol)
+
+
+def test_paged_attention_infinilm_window_with_alibi_and_int64(
+    device, implementation_index
+):
+    """ALiBi distances count from the query's position, windowed or not."""
+    inputs = window_inputs((1, 1), (20, 90), 4, 4, 32, 16, torch.float32, torch.int64)
+    slopes = torch.rand(4)
+    actual = _decode_window(
+        inputs, slopes.to(device), 0.2, 7, device, implementation_index
+    )
+    expected = _decode_expected(inputs, slopes, 0.2, 7)
+    assert torch.allclose(actual.double(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_paged_attention_infinilm_window_gemma3_shapes(device, implementation_index):
+    """Gemma-3 270M: 4 query heads on 1 kv head of 256 features and a
+    window of 512, at lengths around it."""
+    inputs = window_inputs((1, 1, 1), (600, 512, 513), 4, 1, 256, 16, torch.float32)
+    scale = 256**-0.5
+    actual = _decode_window(inputs, None, scale, 512, device, implementation_index)
+    expected = _decode_expected(inputs, None, scale, 512)
+    assert torch.allclose(actual.double(), expected, rtol=1e-5, atol=1e-5)
+    # The window changes the result where the sequence is longer than it.
+    unwindowed = _decode_expected(inputs, None, scale, 0)
+    assert torch.allclose(unwindowed[1], expected[1])
+    assert not torch.allclose(unwindowed[0], expected[0], rtol=1e-3, atol=1e-3)
+
+
+def test_paged_attention_infinilm_window_zero_is_the_default(
+    device, implementation_index
+):
+    inputs = window_inputs((1, 1), (9, 30), 2, 1, 16, 4, torch.float32)
+    windowed = _decode_window(inputs, None, 0.3, 0, device, implementation_index)
+    q, k_cache, v_cache, tables, lengths, _ = (x.to(device) for x in inputs)
+    out = torch.empty_like(q)
+    infini.ops.paged_attention_infinilm(
+        q, k_cache, v_cache, tables, lengths, None, 0.3, out,
+        implementation_index=implementation_index,
+    )  # fmt: skip
+    assert torch.equal(windowed, out.cpu())
+
+
+def test_paged_attention_infinilm_rejects_negative_window(device):
+    inputs = window_inputs((1,), (4,), 2, 1, 16, 4, torch.float32)
+    with pytest.raises(
+        ValueError, match="`paged_attention_infinilm`: `window` must be 0"
+    ):
+        _decode_window(inputs, None, 0.3, -1, device, None)

@@ -3,7 +3,12 @@ import torch
 
 import infini.ops
 from infini.ops.core.devices import TRITON_INTERPRETER
-from tests.test_paged_attention_infinilm import DTYPES, make_cache, make_tables
+from tests.test_paged_attention_infinilm import (
+    DTYPES,
+    make_cache,
+    make_tables,
+    window_inputs,
+)
 from tests.test_paged_attention_infinilm import reference as _reference
 from tests.utils import Payload, empty_strided
 
@@ -210,3 +215,101 @@ def test_paged_attention_prefill_infinilm_rejects_bad_cum_shape(device):
         infini.ops.paged_attention_prefill_infinilm(
             q, cache, cache, tables, lengths, cum, None, 0.1, torch.empty_like(q)
         )
+
+
+# -- the sliding `window` (see the decode tests)
+
+
+def _prefill_window(inputs, slopes, scale, window, device, index):
+    q, k_cache, v_cache, tables, lengths, cum = (x.to(device) for x in inputs)
+    out = torch.empty_like(q)
+    infini.ops.paged_attention_prefill_infinilm(
+        q, k_cache, v_cache, tables, lengths, cum, slopes, scale, out,
+        window=window, implementation_index=index,
+    )  # fmt: skip
+    return out.cpu()
+
+
+def _prefill_expected(inputs, slopes, scale, window):
+    return _reference(*inputs, slopes, scale, window)
+
+
+# query tokens per sequence, cached tokens per sequence, window: short
+# queries (the online kernel) and long ones (64 or more query tokens: the
+# CPU's GEMM path), windows inside a block of keys, across several, and
+# longer than every sequence.
+WINDOW_CASES = (
+    ((1, 13, 33), (5, 13, 40), 4),
+    ((1, 13, 33), (5, 13, 40), 17),
+    ((7, 70, 2), (7, 75, 9), 1),
+    ((7, 70, 2), (7, 75, 9), 32),
+    ((130, 3), (200, 3), 64),
+    ((130, 3), (200, 3), 129),
+    ((130, 3), (200, 3), 1000),
+)
+if TRITON_INTERPRETER:
+    WINDOW_CASES = WINDOW_CASES[:4] + WINDOW_CASES[5:6]
+
+
+@pytest.mark.parametrize("query_lens, seq_lens, window", WINDOW_CASES)
+@pytest.mark.parametrize("dtype, rtol, atol", DTYPES, ids=str)
+def test_paged_attention_prefill_infinilm_window(
+    query_lens, seq_lens, window, dtype, rtol, atol, device, implementation_index
+):
+    inputs = window_inputs(query_lens, seq_lens, 4, 2, 64, 8, dtype)
+    actual = _prefill_window(inputs, None, 0.125, window, device, implementation_index)
+    expected = _prefill_expected(inputs, None, 0.125, window)
+    assert torch.allclose(actual.double(), expected, rtol=rtol, atol=atol)
+
+
+def test_paged_attention_prefill_infinilm_window_with_alibi_and_int64(
+    device, implementation_index
+):
+    """ALiBi distances count from the query's position, windowed or not."""
+    inputs = window_inputs((3, 80), (20, 90), 4, 4, 32, 16, torch.float32, torch.int64)
+    slopes = torch.rand(4)
+    actual = _prefill_window(
+        inputs, slopes.to(device), 0.2, 7, device, implementation_index
+    )
+    expected = _prefill_expected(inputs, slopes, 0.2, 7)
+    assert torch.allclose(actual.double(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_paged_attention_prefill_infinilm_window_gemma3_prompt(
+    device, implementation_index
+):
+    """Gemma-3 270M: 4 query heads on 1 kv head of 256 features, a window
+    of 512 sliding within a 600-token prompt."""
+    if TRITON_INTERPRETER:
+        pytest.skip("600 tokens of 256 features take minutes in the interpreter")
+    inputs = window_inputs((600,), (600,), 4, 1, 256, 16, torch.float32)
+    scale = 256**-0.5
+    actual = _prefill_window(inputs, None, scale, 512, device, implementation_index)
+    expected = _prefill_expected(inputs, None, scale, 512)
+    assert torch.allclose(actual.double(), expected, rtol=1e-5, atol=1e-5)
+    # Tokens up to position 511 see their whole prefix; later ones do not.
+    unwindowed = _prefill_expected(inputs, None, scale, 0)
+    assert torch.allclose(unwindowed[:512], expected[:512])
+    assert not torch.allclose(unwindowed[512:], expected[512:], rtol=1e-3, atol=1e-3)
+
+
+def test_paged_attention_prefill_infinilm_window_zero_is_the_default(
+    device, implementation_index
+):
+    inputs = window_inputs((2, 5), (9, 30), 2, 1, 16, 4, torch.float32)
+    windowed = _prefill_window(inputs, None, 0.3, 0, device, implementation_index)
+    q, k_cache, v_cache, tables, lengths, cum = (x.to(device) for x in inputs)
+    out = torch.empty_like(q)
+    infini.ops.paged_attention_prefill_infinilm(
+        q, k_cache, v_cache, tables, lengths, cum, None, 0.3, out,
+        implementation_index=implementation_index,
+    )  # fmt: skip
+    assert torch.equal(windowed, out.cpu())
+
+
+def test_paged_attention_prefill_infinilm_rejects_negative_window(device):
+    inputs = window_inputs((1,), (4,), 2, 1, 16, 4, torch.float32)
+    with pytest.raises(
+        ValueError, match="`paged_attention_prefill_infinilm`: `window` must be 0"
+    ):
+        _prefill_window(inputs, None, 0.3, -1, device, None)

@@ -6,6 +6,9 @@ from benchmarks.harness import HEAD_SIZE, HEADS, KV_HEADS, Case
 
 CONTEXT = 512
 BLOCK_SIZE = 16
+# A sliding window (Gemma-3's) over a context four times its length.
+WINDOW = 512
+WINDOWED_CONTEXT = 4 * WINDOW
 
 
 def paged_inputs(seqs, context, dtype):
@@ -51,6 +54,28 @@ def cases(tokens, dtype):
             q, k_cache, v_cache, tables, lengths, None, scale, out
         ),
         eager,
+        None,
+        q.numel(),
+    )
+
+    # The same decode with a sliding window over a longer context: the
+    # eager side gathers only the pages of the last `WINDOW` keys.
+    k_cache, v_cache, tables, lengths = paged_inputs(seqs, WINDOWED_CONTEXT, dtype)
+    window_pages = tables[:, -WINDOW // BLOCK_SIZE :]
+
+    def eager_windowed():
+        keys = gather(k_cache, window_pages)
+        values = gather(v_cache, window_pages)
+        return F.scaled_dot_product_attention(
+            q[:, :, None], keys, values, scale=scale, enable_gqa=True
+        )
+
+    yield Case(
+        f"{seqs} seqs x kv {WINDOWED_CONTEXT}, window {WINDOW}",
+        lambda: infini.ops.paged_attention_infinilm(
+            q, k_cache, v_cache, tables, lengths, None, scale, out, window=WINDOW
+        ),
+        eager_windowed,
         None,
         q.numel(),
     )

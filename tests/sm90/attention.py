@@ -21,6 +21,24 @@ def _prefill(dtype, head_size, heads=32, kv_heads=8, tokens=512, seqs=4, **extra
             "alibi_slopes": extra.get("alibi_slopes"),
             "scale": head_size**-0.5,
             "out": m((tokens, heads, head_size), dtype),
+            "window": extra.get("window", 0),
+        }
+
+    return arguments
+
+
+def _decode(dtype, head_size, heads, kv_heads, window):
+    def arguments():
+        return {
+            "q": m((2, heads, head_size), dtype),
+            "k_cache": m((6, kv_heads, 16, head_size), dtype),
+            "v_cache": m((6, kv_heads, 16, head_size), dtype),
+            "block_tables": m((2, 3), "int32"),
+            "seq_lens": m((2,), "int32"),
+            "alibi_slopes": None,
+            "scale": head_size**-0.5,
+            "out": m((2, heads, head_size), dtype),
+            "window": window,
         }
 
     return arguments
@@ -28,18 +46,9 @@ def _prefill(dtype, head_size, heads=32, kv_heads=8, tokens=512, seqs=4, **extra
 
 EXAMPLES = {
     "paged_attention_infinilm": [
-        Example(
-            lambda: {
-                "q": m((2, 4, 64), "float16"),
-                "k_cache": m((6, 2, 16, 64), "float16"),
-                "v_cache": m((6, 2, 16, 64), "float16"),
-                "block_tables": m((2, 3), "int32"),
-                "seq_lens": m((2,), "int32"),
-                "alibi_slopes": None,
-                "scale": 0.125,
-                "out": m((2, 4, 64), "float16"),
-            }
-        )
+        Example(_decode("float16", 64, 4, 2, 0)),
+        # Gemma-3 270M's local layers: a sliding window of 512.
+        Example(_decode("bfloat16", 256, 4, 1, 512), label="Gemma-3, window 512"),
     ],
     "paged_attention_prefill_infinilm": [
         Example(_prefill("bfloat16", 128), PRODUCT, "bfloat16, head 128, GQA 4"),
@@ -70,6 +79,11 @@ EXAMPLES = {
             _prefill("bfloat16", 80, heads=12, kv_heads=4, tokens=3, seqs=3),
             PRODUCT,
             "bfloat16, head 80, 3 tokens",
+        ),
+        Example(
+            _prefill("bfloat16", 256, heads=4, kv_heads=1, window=512),
+            PRODUCT,
+            "Gemma-3: bfloat16, head 256, GQA 4, window 512",
         ),
     ],
 }

@@ -87,6 +87,19 @@ EXAMPLES = {
             "contiguous",
         ),
     ],
+    "gelu_tanh_and_mul": [
+        Example(
+            lambda: {"input": m((4, 128), "float16"), "out": m((4, 64), "float16")}
+        ),
+        Example(
+            lambda: {
+                "input": m((64, 2048), "bfloat16"),
+                "out": m((64, 1024), "bfloat16"),
+            },
+            MEMORY,
+            "contiguous",
+        ),
+    ],
     "sigmoid": [Example(_unary("float16")), _flat("float32")],
     "silu": [Example(_unary("bfloat16", strides=(1, 8))), _flat("bfloat16")],
     "gelu": [

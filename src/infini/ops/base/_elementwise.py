@@ -22,3 +22,30 @@ def check_broadcast_to_output(
             f"got {tuple(out.shape)}."
         )
     operator.require_writable(out_name, out)
+
+
+def check_gated_halves(operator: Operator, args, dtypes) -> int:
+    """Validation of a gated activation ``out = f(input[..., :h]) *
+    input[..., h:]`` (`silu_and_mul`, `gelu_tanh_and_mul`): one dtype of
+    `dtypes` for both tensors, an even last dimension of `input`, `out` of
+    its shape with that dimension halved and writable. Returns ``h``."""
+    input, out = args.input, args.out
+    operator.require_dtype("input", input, dtypes)
+    operator.require_same_dtype("input", {"input": input, "out": out})
+    if input.ndim < 1:
+        raise operator.error("`input` must have at least 1 dimension, got a scalar.")
+    width = input.shape[-1]
+    if width % 2:
+        raise operator.error(
+            f"the last dimension of `input` must be even (two halves), got "
+            f"shape {input.shape}."
+        )
+    half = width // 2
+    operator.require_shape(
+        "out",
+        out,
+        input.shape[:-1] + (half,),
+        "(half the last dimension of `input`)",
+    )
+    operator.require_writable("out", out)
+    return half

@@ -78,6 +78,13 @@ class PagedAttentionChecks:
         self.blocks, self.kv_heads, self.block_size = blocks, kv_heads, block_size
         self.max_blocks = block_tables.shape[1]
         self.scale = float(args.scale)
+        window = args.window
+        if window < 0:
+            raise self.error(
+                f"`window` must be 0 (no window) or a positive number of "
+                f"positions, got {window}."
+            )
+        self.window = int(window)
 
     def index_error(self, code: int, seq: int, position: int, value: int):
         """The `ValueError` for a scan result (`code`, at sequence `seq`,
@@ -156,6 +163,10 @@ class PagedAttentionInfinilm(PagedAttentionChecks, Operator):
       ``j < n``, where ``bias_j = alibi_slopes[h] * (j - (n - 1))`` when
       `alibi_slopes` (float32, ``(heads,)``) is given, else 0. A sequence
       with ``n == 0`` gives zeros.
+    - `window` (our extension, a trailing keyword; docs/behaviour.md,
+      "Sliding-window attention"): 0, the default, attends every cached
+      token as above; ``W > 0`` only the last `W` positions, ``j > n - 1 -
+      W`` (the sliding window of Gemma-3 and Mistral).
     - float32, float16 and bfloat16 (`q`, the caches and `out` share one);
       computed in float32 with an online softmax, rounded once. Any strides.
     - Index values are checked before anything is written: ``0 <= n <=
@@ -168,9 +179,9 @@ class PagedAttentionInfinilm(PagedAttentionChecks, Operator):
     overloads = (
         "q: Tensor, k_cache: Tensor, v_cache: Tensor, block_tables: Tensor, "
         "seq_lens: Tensor, alibi_slopes: Tensor|None = None, scale: float, "
-        "out: Tensor!",
+        "out: Tensor!, window: int = 0",
     )
-    defaults = {"alibi_slopes": None}
+    defaults = {"alibi_slopes": None, "window": 0}
 
     def __init__(self, args) -> None:
         super().__init__(args)

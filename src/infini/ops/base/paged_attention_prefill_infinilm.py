@@ -26,6 +26,8 @@ class PagedAttentionPrefillInfinilm(PagedAttentionChecks, Operator):
       attends cache tokens ``j <= p`` (causal, bottom-right aligned):
       ``softmax(scale * q . K[j] + alibi_slopes[h] * (j - p)) @ V``, the bias
       only when `alibi_slopes` is given. GQA as in the decode operator.
+    - `window` (our extension, as in the decode operator): with ``W > 0``
+      the token attends only ``p - W < j <= p``, its last `W` positions.
     - float32, float16 and bfloat16; float32 accumulation with an online
       softmax; any strides; index values checked before anything is written.
     """
@@ -35,9 +37,9 @@ class PagedAttentionPrefillInfinilm(PagedAttentionChecks, Operator):
     overloads = (
         "q: Tensor, k_cache: Tensor, v_cache: Tensor, block_tables: Tensor, "
         "seq_lens: Tensor, cum_seq_lens_q: Tensor, alibi_slopes: Tensor|None = None, "
-        "scale: float, out: Tensor!",
+        "scale: float, out: Tensor!, window: int = 0",
     )
-    defaults = {"alibi_slopes": None}
+    defaults = {"alibi_slopes": None, "window": 0}
 
     def __init__(self, args) -> None:
         super().__init__(args)

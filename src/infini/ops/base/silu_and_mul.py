@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from infini.ops.base._elementwise import check_gated_halves
 from infini.ops.core.operator import Operator
 
 SILU_AND_MUL_DTYPES = ("float32", "float64", "float16", "bfloat16")
@@ -26,22 +27,4 @@ class SiluAndMul(Operator):
 
     def __init__(self, args) -> None:
         super().__init__(args)
-        input, out = args.input, args.out
-        self.require_dtype("input", input, SILU_AND_MUL_DTYPES)
-        self.require_same_dtype("input", {"input": input, "out": out})
-        if input.ndim < 1:
-            raise self.error("`input` must have at least 1 dimension, got a scalar.")
-        width = input.shape[-1]
-        if width % 2:
-            raise self.error(
-                f"the last dimension of `input` must be even (two halves), got "
-                f"shape {input.shape}."
-            )
-        self.half = width // 2
-        self.require_shape(
-            "out",
-            out,
-            input.shape[:-1] + (self.half,),
-            "(half the last dimension of `input`)",
-        )
-        self.require_writable("out", out)
+        self.half = check_gated_halves(self, args, SILU_AND_MUL_DTYPES)

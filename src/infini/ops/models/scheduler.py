@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .llama import LlamaModel
+from .decoder import DecoderModel
 from .sampling import Sampler
 
 
@@ -26,6 +26,9 @@ class Sequence:
     computed: int = 0
     finished: bool = False
     first_token_time: float | None = None
+    # When its second token came: a decode rate measured from here leaves
+    # out the first decode step, which compiles under `compile=True`.
+    second_token_time: float | None = None
 
     @property
     def tokens(self) -> list[int]:
@@ -41,7 +44,7 @@ class Sequence:
 
 
 class Scheduler:
-    """Runs a `LlamaModel` over many sequences.
+    """Runs a `DecoderModel` over many sequences.
 
     Each `step` takes every running sequence that has its prompt cached (one
     decode token each), then fills the rest of the step's token budget with
@@ -51,7 +54,7 @@ class Scheduler:
     `max_new_tokens`, and its cache blocks go back to the pool.
     """
 
-    def __init__(self, model: LlamaModel, sampler: Sampler | None = None) -> None:
+    def __init__(self, model: DecoderModel, sampler: Sampler | None = None) -> None:
         self.model = model
         self.sampler = sampler or Sampler(model.max_seqs, device=model.device)
         self.waiting: list[Sequence] = []
@@ -205,6 +208,8 @@ class Scheduler:
             sequence.output.append(token)
             if sequence.first_token_time is None:
                 sequence.first_token_time = now
+            elif sequence.second_token_time is None:
+                sequence.second_token_time = now
             produced.append((sequence, token))
             if (
                 token in sequence.stop_token_ids

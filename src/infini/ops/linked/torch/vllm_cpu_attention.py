@@ -140,6 +140,13 @@ class VllmCpuAttention:
 
     def __init__(self, operator, args, module: str) -> None:
         q, k_cache, v_cache = args.q, args.k_cache, args.v_cache
+        if getattr(operator, "window", 0):
+            raise unsupported(
+                operator.name,
+                PROVIDER,
+                "does not take `window` (our extension, docs/behaviour.md); "
+                "the native slot does.",
+            )
         self.operator = operator
         self.isa = check_limits(
             operator, q.dtype, operator.head_size, v_cache.shape[3], operator.block_size

@@ -314,3 +314,16 @@ def swiglu_combine(input, gate, unused):
 def silu_and_mul_combine(first, second, unused):
     """`silu_and_mul`: ``silu(first half) * second half``."""
     return silu(first) * second
+
+
+@helper
+def gelu_tanh_and_mul_combine_float32(first, second, unused):
+    """`gelu_tanh_and_mul` in float32: ``gelu_tanh(first half) * second
+    half``."""
+    return gelu_tanh_float32(first) * second
+
+
+@helper
+def gelu_tanh_and_mul_combine_float64(first, second, unused):
+    """`gelu_tanh_and_mul` in float64."""
+    return gelu_tanh_float64(first) * second

@@ -26,11 +26,16 @@ from numba import prange
 
 from .dtype_io import loader, storer
 from .jit import helper, kernel
-from .memory import STORAGE, element_array
+from .memory import STORAGE, KnownAddresses, element_array
 from .numeric import bits_float32
 
 # Keys per tile of the online kernel.
 KEY_TILE = 64
+
+# Key elements (keys x kv heads x head size, summed over the tasks) up to
+# which the online kernel runs its tasks on the calling thread rather than
+# the pool: a decode step of a few short sequences.
+SERIAL_KEY_ELEMENTS = 32768
 
 # Prefill sequences with at least this many query tokens take the BLAS path.
 PAGED_BLAS_TOKENS = 64
@@ -476,7 +481,9 @@ def paged_attention_kernel(
 
     A task is (sequence, kv head, block of `block_tokens` query tokens); its
     rows are those tokens times the query heads of the kv head, so every key
-    and value tile is converted once for the whole GQA group.
+    and value tile is converted once for the whole GQA group. The tasks run
+    on the calling thread when the key elements they read (keys x kv heads
+    x head size) are at most `serial_elements`, else on the pool.
     """
     body = paged_task_kernel(dtype)
     storage = STORAGE[dtype]
@@ -500,6 +507,7 @@ def paged_attention_kernel(
         has_alibi,
         block_tokens,
         long_tokens,
+        serial_elements,
         report,
     ):
         o = element_array(out_address, spans[0], storage)
@@ -553,9 +561,11 @@ def paged_attention_kernel(
             return 5
         # Per entry: sequence, first query token, keys in the sequence and
         # its span of query tokens, so that the task body reads no index
-        # tensor but the block table.
+        # tensor but the block table. `keys`: the keys the tasks read (per
+        # kv head; an upper bound under a sliding window).
         entry_info = np.empty((entries, 5), np.int64)
         entry = 0
+        keys = 0
         for s in range(seqs):
             n = np.int64(lengths[s * len_step])
             if prefill:
@@ -572,11 +582,20 @@ def paged_attention_kernel(
                 entry_info[entry, 3] = start
                 entry_info[entry, 4] = stop
                 entry += 1
+                keys += n
 
         factor = np.float32(scale)
+        tasks = entries * kv_heads
+        if keys * kv_heads * sizes[4] <= serial_elements:
+            # Small work (a few short decode sequences) runs on the calling
+            # thread: waking the pool would cost more than the work.
+            operands = (o, q, k, v, table, slopes, entry_info, sizes, strides)
+            for task in range(tasks):
+                body(task, *operands, factor, has_alibi, block_tokens)
+            return 0
         # `np.int64`: inside the parfor the index is unsigned, and the body
         # would be compiled a second time for it.
-        for task in prange(entries * kv_heads):
+        for task in prange(tasks):
             body(
                 np.int64(task),
                 o,
@@ -621,7 +640,7 @@ def paged_task_kernel(dtype: str):
         block_tokens,
     ):
         heads, kv_heads = sizes[2], sizes[3]
-        features, block_size = sizes[4], sizes[5]
+        features, block_size, window = sizes[4], sizes[5], sizes[8]
         q_tok, q_head, q_col = strides[0], strides[1], strides[2]
         o_tok, o_head, o_col = strides[3], strides[4], strides[5]
         k_block, k_head, k_slot, k_col = strides[6], strides[7], strides[8], strides[9]
@@ -655,7 +674,10 @@ def paged_task_kernel(dtype: str):
                 for d in range(features):
                     queries[r, d] = np.float32(load(q, base + d * q_col)) * factor
         end = position + count_tokens
-        for start in range(0, end, KEY_TILE):
+        # With a sliding window, keys before the first token's window are
+        # never read (decode reads `window` keys, not the whole sequence).
+        begin = max(position + 1 - window, 0) if window > 0 else 0
+        for start in range(begin, end, KEY_TILE):
             count = min(KEY_TILE, end - start)
             for j in range(count):
                 slot = start + j
@@ -668,6 +690,10 @@ def paged_task_kernel(dtype: str):
             tile_scores(queries, key_tile, scores, rows, count, features)
             for t in range(count_tokens):
                 limit = position + t  # the last key this token sees
+                # Keys before `low` are outside the token's window.
+                low = min(max(limit + 1 - window - start, 0), count)
+                if window <= 0:
+                    low = 0
                 for h in range(group):
                     r = t * group + h
                     if has_alibi:
@@ -675,6 +701,8 @@ def paged_task_kernel(dtype: str):
                         for j in range(count):
                             scores[r, j] += slope * np.float32(start + j - limit)
                     for j in range(max(limit + 1 - start, 0), count):
+                        scores[r, j] = -np.inf
+                    for j in range(low):
                         scores[r, j] = -np.inf
             tile_softmax(scores, rows, count, maxima, sums, acc, features)
             tile_accumulate(scores, value_tile, acc, rows, count, features)
@@ -761,11 +789,14 @@ class PagedAttentionLaunch:
                 self.block_size,
                 self.max_blocks,
                 self.blocks,
+                self.window,
             ],
             dtype=np.int64,
         )
         group = self.heads // self.kv_heads
         self.block_tokens = max(1, self.TASK_ROWS // group)
+        # Output, query and caches found apart (`run`).
+        self.apart = KnownAddresses()
         self.kernel = paged_attention_kernel(
             q.dtype,
             tables.dtype,
@@ -777,19 +808,25 @@ class PagedAttentionLaunch:
         if self.seqs == 0:
             return
         target = out
-        if overlaps(
-            out,
-            self.out_span,
-            zip((q, k_cache, v_cache), self.input_spans),
-        ):
-            target = staging_buffer(out)
-        report = np.zeros(3, np.int64)
-        long_tokens = PAGED_BLAS_TOKENS if self.prefill else self.tokens + 1
-        code = self.kernel(
-            target.data_ptr(),
+        addresses = (
+            out.data_ptr(),
             q.data_ptr(),
             k_cache.data_ptr(),
             v_cache.data_ptr(),
+        )
+        out_address = addresses[0]
+        if addresses not in self.apart:
+            inputs = zip((q, k_cache, v_cache), self.input_spans)
+            if overlaps(out, self.out_span, inputs):
+                target = staging_buffer(out)
+                out_address = target.data_ptr()
+            else:
+                self.apart.remember(addresses)
+        report = np.zeros(3, np.int64)
+        long_tokens = PAGED_BLAS_TOKENS if self.prefill else self.tokens + 1
+        code = self.kernel(
+            out_address,
+            *addresses[1:],
             tables.data_ptr(),
             lengths.data_ptr(),
             cum.data_ptr() if cum is not None else 0,
@@ -802,6 +839,7 @@ class PagedAttentionLaunch:
             self.has_alibi,
             self.block_tokens,
             long_tokens,
+            SERIAL_KEY_ELEMENTS,
             report,
         )
         if code:
@@ -822,6 +860,7 @@ class PagedAttentionLaunch:
         sizes = lengths.tolist()
         kv_heads, group = self.kv_heads, self.heads // self.kv_heads
         head_size, block_size = self.head_size, self.block_size
+        window = self.window
         probabilities = probability_kernel()
         alibi = slopes is not None
         slope_values = np.ascontiguousarray(slopes.numpy()) if alibi else NO_SLOPES
@@ -847,12 +886,24 @@ class PagedAttentionLaunch:
                 last = min(count, first + PAGED_BLAS_BLOCK)
                 rows = last - first
                 end = shift + last
+                # Under a sliding window the block's keys start at the first
+                # token's window: keys `low..end`, positions relative to `low`.
+                low = max(shift + first + 1 - window, 0) if window > 0 else 0
                 block = queries[:, :, first:last].reshape(
                     kv_heads, group * rows, head_size
                 )
-                scores = torch.matmul(block, keys[:, :end].transpose(1, 2))
+                scores = torch.matmul(block, keys[:, low:end].transpose(1, 2))
+                if window > 0:
+                    # Query row `r` (position `shift + first + r`) sees keys
+                    # `j` of the slice with ``j + low > position - window``.
+                    row = torch.arange(rows).view(rows, 1)
+                    column = torch.arange(end - low).view(1, end - low)
+                    outside = column + low <= row + shift + first - window
+                    scores.view(kv_heads, group, rows, end - low).masked_fill_(
+                        outside, -np.inf
+                    )
                 probabilities(
-                    scores.numpy().reshape(self.heads, rows, end),
+                    scores.numpy().reshape(self.heads, rows, end - low),
                     0,
                     0,
                     0,
@@ -860,16 +911,16 @@ class PagedAttentionLaunch:
                     slope_values,
                     offsets,
                     first,
-                    shift,
+                    shift - low,
                     0,
                     0,
-                    end,
+                    end - low,
                     True,
                     False,
                     False,
                     alibi,
                 )
-                result = torch.matmul(scores, values[:, :end])
+                result = torch.matmul(scores, values[:, low:end])
                 out[start + first : start + last] = result.view(
                     self.heads, rows, head_size
                 ).transpose(0, 1)

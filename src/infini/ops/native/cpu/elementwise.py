@@ -17,6 +17,7 @@ from functools import cache
 import numpy as np
 
 from infini.ops.core.geometry import broadcast_strides
+from infini.ops.core.tensor import TensorMeta
 
 from .dtype_io import COMPUTE, loader, storer
 from .layout import ElementwisePlan, chunking, staging_like, streams
@@ -644,3 +645,25 @@ class BinaryElementwise:
             )
         if staged is not None:
             out.copy_(staged)
+
+
+class GatedElementwise:
+    """``out = combine(input[..., :h], input[..., h:], 0.0)`` with ``h`` the
+    last dimension of `out`: the gated activations (`silu_and_mul`,
+    `gelu_tanh_and_mul`). The instance is the operator's `launch`
+    (``launch(stream, input, out)``).
+
+    Both halves are planned as tensors of `out`'s shape with `input`'s
+    strides; the second starts ``h`` elements further along the last
+    dimension. `BinaryElementwise` stages the result when `out` overlaps
+    `input`, so inputs are read first.
+    """
+
+    def __init__(self, combine, out, input) -> None:
+        half = TensorMeta(out.shape, input.strides, input.dtype, input.device)
+        self.second_offset = out.shape[-1] * input.strides[-1] * input.element_size
+        self.elementwise = BinaryElementwise(combine, out, half, half, 0.0)
+
+    def __call__(self, stream, input, out) -> None:
+        first_address = input.data_ptr()
+        self.elementwise.run(out, first_address, first_address + self.second_offset)

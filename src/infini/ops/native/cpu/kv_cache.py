@@ -38,7 +38,7 @@ from infini.ops.core.geometry import coalesce, span
 
 from .dtype_io import BITS_DTYPE, loader
 from .jit import helper, kernel
-from .memory import STORAGE, element_array
+from .memory import STORAGE, KnownAddresses, element_array
 from .numeric import float32_bits
 
 CHUNK_ELEMENTS = 32768
@@ -335,10 +335,17 @@ class CacheWrite:
         mode = "fp8_e4m3" if kv_cache_dtype == "fp8" else kv_cache_dtype
         serial, parallel = cache_write_kernels(src_dtype, mode, index_dtype, append)
         self.kernel = parallel if chunks > 1 else serial
+        # Caches and sources found not to overlap.
+        self.apart = KnownAddresses()
 
     def __call__(self, k_dst, k_src, v_dst, v_src, index, k_scale=0, v_scale=0) -> int:
         if self.empty:
             return -1
+        addresses = (k_dst, k_src, v_dst, v_src)
+        if addresses in self.apart:
+            return self.kernel(
+                k_dst, k_src, v_dst, v_src, index, k_scale, v_scale, self.plan
+            )
         caches = list(zip((k_dst, v_dst), self.cache_bytes))
         sources = [k_src, v_src]
         aside = []
@@ -354,6 +361,8 @@ class CacheWrite:
                 ctypes.memmove(copy.ctypes.data, start, nbytes)
                 aside.append(copy)
                 sources[which] = copy.ctypes.data
+        if not aside:
+            self.apart.remember(addresses)
         return self.kernel(
             k_dst, sources[0], v_dst, sources[1], index, k_scale, v_scale, self.plan
         )

@@ -7,7 +7,8 @@ block table once for the query heads that share the kv head (heads ``g *
 group`` to ``(g + 1) * group - 1``, ``group = heads / kv_heads``), with an
 online softmax in float32: the running maximum, the running sum and
 the float32 accumulator are rescaled per chunk, and the row is divided and
-rounded once at the end. A sequence of length 0 gives zeros.
+rounded once at the end. A sequence of length 0 gives zeros. With a sliding
+`window` the walk starts at the window's first token.
 
 The cache layout, the index check and the overlap handling are shared with
 the prefill kernel (`native/cuda/attention.py`): `block_tables` and
@@ -81,6 +82,7 @@ def paged_attention_kernel(
     table_stride1,
     length_stride,
     slope_stride,
+    window,
     GROUP: tl.constexpr,
     KV_BLOCK: tl.constexpr,
     D_BLOCK: tl.constexpr,
@@ -109,7 +111,9 @@ def paged_attention_kernel(
     k_head = k_cache + kv_head * k_stride1
     v_head = v_cache + kv_head * v_stride1
     tokens = tl.arange(0, KV_BLOCK)
-    for start in range(0, length, KV_BLOCK):
+    # The sliding window's first key (`window` is at least the capacity when
+    # there is none): earlier tokens are never read.
+    for start in range(tl.maximum(length - window, 0), length, KV_BLOCK):
         token = start + tokens
         token_mask = token < length
         block, offset = cache_slots(
@@ -202,6 +206,8 @@ class CudaPagedAttentionInfinilm(PagedAttentionInfinilm):
                 *tables.strides,
                 lengths.strides[0],
                 slopes.strides[0] if slopes is not None else 0,
+                # No window: one at least as long as any sequence.
+                self.window or max(self.max_blocks * self.block_size, 1),
             ),
             constexprs={
                 "GROUP": group_block,

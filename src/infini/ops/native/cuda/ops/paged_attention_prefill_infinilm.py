@@ -22,7 +22,9 @@ float32) and an online softmax in float32 in base 2 (the scale folded with
 sequence with `m` new tokens and total length `n` sits at position ``p = n
 - m + i`` and sees keys ``j <= p``. Key blocks below every row's position
 need no mask and run in a first loop; the blocks up to the tile's last
-position run masked in a second. ALiBi adds ``slope[h] * (j - p)``.
+position run masked in a second. ALiBi adds ``slope[h] * (j - p)``. With a
+sliding `window` ``W`` a row sees ``p - W < j <= p``: every block from the
+one holding the tile's first visible key runs masked.
 
 The index tensors are checked before the launch (`attention.check_paged_indices`):
 a bad value raises `ValueError` and nothing is written. `out` may be `q`
@@ -70,6 +72,7 @@ def attend_block(
     start,
     kv_end,
     position,
+    window,
     slope,
     table_row,
     table_step,
@@ -88,12 +91,14 @@ def attend_block(
     BLOCK_N: tl.constexpr,
     MASKED: tl.constexpr,
     HAS_ALIBI: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
     UPCAST: tl.constexpr,
     PRECISION: tl.constexpr,
 ):
     """One block of keys from `start`: the online softmax update of the
     running row maxima, sums and accumulator (`MASKED`: keys at or past
-    `kv_end`, or after a row's `position`, are left out). The loads and
+    `kv_end`, or after a row's `position`, are left out, and with
+    `HAS_WINDOW` those at or before ``position - window``). The loads and
     conversions are spelled out here rather than through the helpers of
     `elementwise.py`: the interpreter pays for every nested call."""
     token = start + tl.arange(0, BLOCK_N)
@@ -117,6 +122,8 @@ def attend_block(
         # A query row's position is below `kv_end`, so this also leaves out
         # the keys past it (which were read as zeros).
         visible = token[None, :] <= position[:, None]
+        if HAS_WINDOW:
+            visible &= token[None, :] > (position - window)[:, None]
         scores = tl.where(visible, scores, -float("inf"))
     block_maximum = tl.maximum(maximum, tl.max(scores, axis=1))
     # Rows that have seen no key yet keep -inf; subtracting 0 instead keeps
@@ -176,6 +183,7 @@ def paged_attention_prefill_kernel(
     length_stride,
     cum_stride,
     slope_stride,
+    window,
     TOKENS: tl.constexpr,
     HEADS: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -183,6 +191,7 @@ def paged_attention_prefill_kernel(
     D_BLOCK: tl.constexpr,
     SEARCH_STEPS: tl.constexpr,
     HAS_ALIBI: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
     UPCAST: tl.constexpr,
     PRECISION: tl.constexpr,
 ):
@@ -235,6 +244,13 @@ def paged_attention_prefill_kernel(
     last = tl.minimum(first + TOKENS, cum_end)
     kv_end = tl.where(has_rows, last + shift, 0)
     full_end = tl.where(has_rows, (first + shift + 1) // BLOCK_N * BLOCK_N, 0)
+    masked_begin = full_end
+    if HAS_WINDOW:
+        # Every block is masked (each row's window has two edges), from the
+        # block of the first row's first visible key on.
+        full_end = 0
+        masked_begin = tl.maximum(first + shift + 1 - window, 0) // BLOCK_N * BLOCK_N
+        masked_begin = tl.where(has_rows, masked_begin, 0)
 
     maximum = tl.full([BLOCK_M], -float("inf"), tl.float32)
     total = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -251,6 +267,7 @@ def paged_attention_prefill_kernel(
             start,
             kv_end,
             position,
+            window,
             slope,
             table_row,
             table_stride1,
@@ -269,10 +286,11 @@ def paged_attention_prefill_kernel(
             BLOCK_N,
             False,
             HAS_ALIBI,
+            HAS_WINDOW,
             UPCAST,
             PRECISION,
         )
-    for start in range(full_end, kv_end, BLOCK_N):
+    for start in range(masked_begin, kv_end, BLOCK_N):
         maximum, total, acc = attend_block(
             query,
             maximum,
@@ -281,6 +299,7 @@ def paged_attention_prefill_kernel(
             start,
             kv_end,
             position,
+            window,
             slope,
             table_row,
             table_stride1,
@@ -299,6 +318,7 @@ def paged_attention_prefill_kernel(
             BLOCK_N,
             True,
             HAS_ALIBI,
+            HAS_WINDOW,
             UPCAST,
             PRECISION,
         )
@@ -406,6 +426,7 @@ class CudaPagedAttentionPrefillInfinilm(PagedAttentionPrefillInfinilm):
                 lengths.strides[0],
                 cum.strides[0],
                 slopes.strides[0] if slopes is not None else 0,
+                self.window,
             ),
             constexprs={
                 "TOKENS": tokens_per_tile,
@@ -415,6 +436,7 @@ class CudaPagedAttentionPrefillInfinilm(PagedAttentionPrefillInfinilm):
                 "D_BLOCK": features,
                 "SEARCH_STEPS": max(self.seqs - 1, 0).bit_length(),
                 "HAS_ALIBI": slopes is not None,
+                "HAS_WINDOW": self.window > 0,
                 "UPCAST": upcast,
                 "PRECISION": "ieee" if upcast else "tf32",
             },

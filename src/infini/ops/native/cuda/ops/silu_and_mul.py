@@ -55,7 +55,7 @@ def silu_and_mul(x, y):
 
 
 @triton.jit
-def silu_and_mul_rows_kernel(
+def gated_rows_kernel(
     out,
     input,
     geometry,
@@ -67,6 +67,7 @@ def silu_and_mul_rows_kernel(
     ROWS: tl.constexpr,
     BLOCK: tl.constexpr,
     COMPUTE: tl.constexpr,
+    FUNCTION: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
     out_base, input_base = row_offsets2(
@@ -77,10 +78,10 @@ def silu_and_mul_rows_kernel(
     first = input + input_base[:, None] + column
     x = load_as(first, mask, COMPUTE)
     y = load_as(first + half, mask, COMPUTE)
-    store_as(out + out_base[:, None] + column, silu_and_mul(x, y), mask)
+    store_as(out + out_base[:, None] + column, FUNCTION(x, y), mask)
 
 
-ROWS_KERNEL = Kernel(silu_and_mul_rows_kernel)
+ROWS_KERNEL = Kernel(gated_rows_kernel)
 
 
 def row_tile(half: int, rows: int) -> tuple[int, int]:
@@ -95,10 +96,12 @@ def row_tile(half: int, rows: int) -> tuple[int, int]:
 
 
 class GatedRows:
-    """The row kernel planned for one geometry; called as the operator's
-    `launch` (``launch(stream, input, out)``)."""
+    """The row kernel of ``out = function(input[..., :h], input[..., h:])``
+    planned for one geometry (shared by the gated activations:
+    `gelu_tanh_and_mul` too); called as the operator's `launch`
+    (``launch(stream, input, out)``)."""
 
-    def __init__(self, operator, out, input) -> None:
+    def __init__(self, operator, out, input, function) -> None:
         require_device(operator.name, operator.device)
         self.device = operator.device
         half = out.shape[-1]
@@ -122,6 +125,7 @@ class GatedRows:
                 "ROWS": per_program,
                 "BLOCK": block,
                 "COMPUTE": compute_type(out.dtype),
+                "FUNCTION": function,
             },
             device=self.device,
         )
@@ -146,6 +150,6 @@ class CudaSiluAndMul(SiluAndMul):
         super().__init__(args)
         input, out = args.input, args.out
         if input.strides[-1] == 1 and out.strides[-1] == 1:
-            self.launch = GatedRows(self, out, input)
+            self.launch = GatedRows(self, out, input, silu_and_mul)
         else:
             self.launch = GatedElementwise(self, out, input, silu_and_mul)
