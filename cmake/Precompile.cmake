@@ -6,7 +6,8 @@
 # `infini.ops.models`, an LLM's inference set), `all` (every CPU operator the
 # manifest lists; about ten minutes on two cores), `none`, or a comma/
 # semicolon list of operators. The kernels are compiled by `python -m
-# infini.ops precompile` into `<build>/kernel-cache` and installed as
+# infini.ops precompile` (one process per operator on every core the build
+# may use) into `<build>/kernel-cache` and installed as
 # `infini/ops/_kernels`; at run time `infini.ops.native.cpu.jit` copies them
 # into the user's kernel cache the first time that cache lacks them (the
 # directory names carry the package version and a hash of the kernel
@@ -79,7 +80,10 @@ function(infini_ops_precompile_kernels manifest)
       "compiled compile on first use.\n${precompile_errors}")
   endif()
   if(EXISTS "${cache}/numba")
+    # Temporary files of an interrupted write and the lock serialising
+    # index updates are not kernels.
     install(DIRECTORY "${cache}/numba/" DESTINATION infini/ops/_kernels
-            PATTERN "*.tmp" EXCLUDE)
+            PATTERN "*.tmp" EXCLUDE PATTERN "*.tmp.*" EXCLUDE
+            PATTERN ".lock" EXCLUDE)
   endif()
 endfunction()

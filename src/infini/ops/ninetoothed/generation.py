@@ -43,7 +43,7 @@ from infini.ops.runtime.cache import write_atomically
 from infini.ops.runtime.triton import next_power_of_two, python_function
 
 from . import language
-from .cache import generated_source_path
+from .cache import generated_source_path, generated_text, read_generated_header
 
 # Every module of the package outside `ops/` (this generator, the helpers,
 # the shared arrangements) is part of each fingerprint.
@@ -51,7 +51,6 @@ _GENERATOR_SOURCE = b"\0".join(
     path.read_bytes() for path in sorted(Path(__file__).parent.glob("*.py"))
 )
 _LANGUAGE_SOURCE = Path(__file__).with_name("language.py").read_bytes()
-_HEADER = "# infini-ops-ninetoothed: "
 _LOCK = threading.Lock()
 _LOADED: dict[str, KernelSource] = {}
 _FINGERPRINTS: dict = {}
@@ -359,29 +358,11 @@ def kernel_source(
     return loaded
 
 
-def _read_cached(path: Path, fingerprint: str):
-    """The header of a cached source written for `fingerprint`, or `None`
-    (missing, corrupt, or another fingerprint: a stale entry)."""
-    try:
-        first = path.read_text(encoding="utf-8").split("\n", 1)[0]
-    except (OSError, UnicodeDecodeError):
-        return None
-    if not first.startswith(_HEADER):
-        return None
-    try:
-        header = json.loads(first[len(_HEADER) :])
-    except ValueError:
-        return None
-    if not isinstance(header, dict) or header.get("fingerprint") != fingerprint:
-        return None
-    return header
-
-
 def _load_or_generate(
     fingerprint, name, arrangement, application, specs, config, num_warps, num_stages
 ) -> KernelSource:
     path = generated_source_path(name, fingerprint)
-    header = _read_cached(path, fingerprint)
+    header = read_generated_header(path, fingerprint)
     if header is None:
         source, kernel_name, runtime, grid, constexprs = _generate(
             name, arrangement, application, specs, config, num_warps, num_stages
@@ -393,8 +374,7 @@ def _load_or_generate(
             "grid": grid,
             "constexprs": constexprs,
         }
-        text = f"{_HEADER}{json.dumps(header, sort_keys=True)}\n{source}"
-        write_atomically(path, text.encode("utf-8"))
+        write_atomically(path, generated_text(header, source).encode("utf-8"))
     module = _import(path, f"infini_ops_ninetoothed_generated_{fingerprint[:16]}")
     return KernelSource(
         getattr(module, header["kernel"]),
@@ -426,8 +406,7 @@ def write_source(
         "grid": grid,
         "constexprs": constexprs,
     }
-    text = f"{_HEADER}{json.dumps(header, sort_keys=True)}\n{source}"
-    write_atomically(path, text.encode("utf-8"))
+    write_atomically(path, generated_text(header, source).encode("utf-8"))
     return header
 
 

@@ -1,33 +1,25 @@
 """On-disk caches of generated and compiled kernels, shared by the backends
 that launch through a runtime here (the Triton JIT backend, NineToothed).
 
-Only the standard library is used.
+Only the standard library and `infini.ops.core` are used.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 from pathlib import Path
+
+from infini.ops.core.paths import cache_directory
 
 
 def triton_cache_directory() -> Path:
     """The Triton cache directory of InfiniOps: `INFINI_OPS_TRITON_CACHE_DIR`,
-    else the platform cache directory (``%LOCALAPPDATA%\\infiniops\\triton``
-    on Windows, ``$XDG_CACHE_HOME/infiniops/triton``,
-    ``$HOME/.cache/infiniops/triton``), else ``<tempdir>/infiniops/triton``.
-    Read at every call, so that a changed environment takes effect."""
-    configured = os.environ.get("INFINI_OPS_TRITON_CACHE_DIR")
-    if configured:
-        return Path(configured)
-    if sys.platform == "win32" and os.environ.get("LOCALAPPDATA"):
-        return Path(os.environ["LOCALAPPDATA"], "infiniops", "triton")
-    if os.environ.get("XDG_CACHE_HOME"):
-        return Path(os.environ["XDG_CACHE_HOME"], "infiniops", "triton")
-    if os.environ.get("HOME"):
-        return Path(os.environ["HOME"], ".cache", "infiniops", "triton")
-    return Path(tempfile.gettempdir(), "infiniops", "triton")
+    else ``<cache root>/triton`` (`infini.ops.core.paths.cache_root`:
+    ``$INFINI_OPS_CACHE_DIR``, else ``$XDG_CACHE_HOME/infiniops``, else
+    ``~/.cache/infiniops``). Read at every call, so that a changed
+    environment takes effect."""
+    return cache_directory("triton", "INFINI_OPS_TRITON_CACHE_DIR")
 
 
 def write_atomically(path: Path, data: bytes) -> None:

@@ -3,9 +3,9 @@
 Kernels are cached under ``<cache root>/numba/<package version>-<source hash>``,
 where the source hash covers every module of `infini.ops.native.cpu` (a kernel
 inlines helpers from other modules, so a change to any of them must invalidate
-the cache). The cache root is ``$INFINI_OPS_CACHE_DIR``, else
-``$XDG_CACHE_HOME/infiniops`` (``~/.cache/infiniops``), else a directory under
-the system temporary directory. Nothing is written into site-packages.
+the cache). The cache root is `infini.ops.core.paths.cache_root`
+(``$INFINI_OPS_CACHE_DIR``, else ``$XDG_CACHE_HOME/infiniops``, else
+``~/.cache/infiniops``). Nothing is written into site-packages.
 
 A build that compiled kernels ahead (`INFINI_OPS_PRECOMPILE`, README) ships
 them as ``infini/ops/_kernels/<package version>-<source hash>``; the first
@@ -18,35 +18,28 @@ from __future__ import annotations
 
 import hashlib
 import os
+import pickle
 import shutil
-import sys
-import tempfile
 import types
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
 
 import numba
 from numba.core import caching
 from numba.core.dispatcher import Dispatcher
 
+from infini.ops.core.cache_faults import report_damaged_entry, report_unwritable_entry
+from infini.ops.core.paths import cache_root
+
 _PACKAGE_DIR = Path(__file__).resolve().parent
 # Kernels compiled when the package was built (see `_seed_from_package`).
 _SHIPPED_KERNELS = _PACKAGE_DIR.parents[1] / "_kernels"
-
-
-def cache_root() -> Path:
-    explicit = os.environ.get("INFINI_OPS_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
-    if sys.platform == "win32" and os.environ.get("LOCALAPPDATA"):
-        return Path(os.environ["LOCALAPPDATA"]) / "infiniops"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    if xdg:
-        return Path(xdg) / "infiniops"
-    home = Path.home()
-    if str(home) not in ("", "/") and os.access(home, os.W_OK):
-        return home / ".cache" / "infiniops"
-    return Path(tempfile.gettempdir()) / "infiniops"
 
 
 @cache
@@ -84,19 +77,31 @@ def _seed_from_package(shipped: Path, directory: Path) -> None:
     if not shipped.is_dir():
         return
     try:
-        for source in shipped.rglob("*"):
-            if not source.is_file():
-                continue
-            target = directory / source.relative_to(shipped)
-            if target.exists():
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return  # A read-only cache root: Numba compiles what is missing.
+    for source in shipped.rglob("*"):
+        target = directory / source.relative_to(shipped)
+        partial = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+        try:
+            if not source.is_file() or target.exists():
                 continue
             target.parent.mkdir(parents=True, exist_ok=True)
-            partial = target.with_name(f"{target.name}.{os.getpid()}.tmp")
             shutil.copyfile(source, partial)
             os.replace(partial, target)
+        except OSError as error:
+            # An unreadable shipped file is skipped (its kernel compiles on
+            # first use); a damaged one is copied and then rejected on load
+            # like any damaged entry (`_CheckedCacheFile`).
+            report_damaged_entry(source, error)
+            try:
+                partial.unlink(missing_ok=True)
+            except OSError:
+                pass
+    try:
         (directory / SEEDED_MARKER).touch()
     except OSError:
-        pass  # A read-only cache root: Numba compiles what is missing.
+        pass
 
 
 class _KernelCacheLocator(caching._CacheLocator):
@@ -174,6 +179,116 @@ def _cell_contents(cell) -> object:
         return None
 
 
+# The start of every data file (``.nbc``) written here, followed by the
+# SHA-256 of the source stamp, the file's name, its index key and the
+# payload: a truncated, garbled or foreign data file (another version's, or
+# another kernel's under this name) is told from a good one before it is
+# unpickled.
+_DATA_MAGIC = b"InfiniOps-kernel-1\0"
+# Serialises the index updates of one cache directory across processes.
+LOCK_NAME = ".lock"
+
+
+class _CheckedCacheFile(caching.IndexDataCacheFile):
+    """Numba's index and data files, where a file that cannot be read or
+    is not what this version wrote is a miss instead of an error
+    (docs/behaviour.md, "Damaged cache entries"): Numba's own `_load_index`
+    raises `UnpicklingError` on a truncated index and fails every later
+    run. A damaged entry is reported once (`report_damaged_entry`), the
+    kernel compiles, and `save` replaces the file through a temporary name
+    (`_open_for_write`), atomically.
+
+    `save` also holds a lock on the cache directory while it reads and
+    rewrites the index, and writes the data before the index names it:
+    processes compiling at once (`precompile --jobs`) neither lose each
+    other's entries nor see an index entry without its data."""
+
+    def _load_index(self):
+        try:
+            with open(self._index_path, "rb") as file:
+                version = pickle.load(file)
+                stamp, overloads = pickle.loads(file.read())
+        except FileNotFoundError:
+            return {}
+        except Exception as error:  # noqa: BLE001 - any damage is a miss
+            report_damaged_entry(self._index_path, error)
+            return {}
+        if version != self._version or stamp != self._source_stamp:
+            # The directory is keyed by this version and source hash, so
+            # an index of another one is a foreign file.
+            report_damaged_entry(self._index_path, "written by another version")
+            return {}
+        if not isinstance(overloads, dict):
+            report_damaged_entry(self._index_path, "not an index")
+            return {}
+        return overloads
+
+    def load(self, key):
+        data_name = self._load_index().get(key)
+        if data_name is None:
+            return None
+        path = self._data_path(data_name)
+        try:
+            with open(path, "rb") as file:
+                blob = file.read()
+        except FileNotFoundError:
+            return None
+        except OSError as error:
+            report_damaged_entry(path, error)
+            return None
+        header = len(_DATA_MAGIC)
+        digest, payload = blob[header : header + 32], blob[header + 32 :]
+        if not blob.startswith(_DATA_MAGIC) or digest != self._digest(
+            data_name, key, payload
+        ):
+            report_damaged_entry(path, "truncated, altered or another kernel's")
+            return None
+        try:
+            return pickle.loads(payload)
+        except Exception as error:  # noqa: BLE001 - any damage is a miss
+            report_damaged_entry(path, error)
+            return None
+
+    def save(self, key, data):
+        try:
+            with self._locked():
+                overloads = self._load_index()
+                data_name = overloads.get(key)
+                if data_name is None:
+                    used = set(overloads.values())
+                    number = 1
+                    while self._data_name(number) in used:
+                        number += 1
+                    data_name = self._data_name(number)
+                payload = self._dump(data)
+                digest = self._digest(data_name, key, payload)
+                with self._open_for_write(self._data_path(data_name)) as file:
+                    file.write(_DATA_MAGIC + digest + payload)
+                overloads[key] = data_name
+                self._save_index(overloads)
+        except OSError as error:
+            report_unwritable_entry(self._index_path, error)
+
+    def _digest(self, data_name: str, key, payload: bytes) -> bytes:
+        digest = hashlib.sha256()
+        for part in (self._source_stamp, data_name, repr(key)):
+            digest.update(part.encode() + b"\0")
+        digest.update(payload)
+        return digest.digest()
+
+    @contextmanager
+    def _locked(self):
+        if fcntl is None:  # Windows: unlocked, as Numba's own cache.
+            yield
+            return
+        with open(kernel_cache_dir() / LOCK_NAME, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 class _StableFunctionCache(caching.FunctionCache):
     """Numba keys cached closures on the pickled closure variables, and a
     pickled dispatcher carries a per-process id, so kernels made by factories
@@ -185,6 +300,23 @@ class _StableFunctionCache(caching.FunctionCache):
     # kernels of one function must not share cache entries, or whichever is
     # compiled first would be loaded for the other.
     options = ""
+
+    def __init__(self, py_func):
+        super().__init__(py_func)
+        self._cache_file = _CheckedCacheFile(
+            cache_path=self._cache_path,
+            filename_base=self._impl.filename_base,
+            source_stamp=self._impl.locator.get_source_stamp(),
+        )
+
+    def _load_overload(self, sig, target_context):
+        try:
+            return super()._load_overload(sig, target_context)
+        except Exception as error:  # noqa: BLE001 - a bad entry is a miss
+            # Data that passed the checksum but does not rebuild (a library
+            # this process cannot load): compile instead.
+            report_damaged_entry(self._cache_file._index_path, error)
+            return None
 
     def _index_key(self, sig, codegen):
         code = self._py_func.__code__.co_code

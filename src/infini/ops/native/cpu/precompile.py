@@ -152,3 +152,23 @@ def binary_layouts(dtype):
 def index_dtypes() -> list:
     """The torch dtypes of `PRECOMPILED_INDEX_DTYPES`."""
     return torch_dtypes(PRECOMPILED_INDEX_DTYPES)
+
+
+def precompile_gated_elementwise(operator: str) -> int:
+    """Runs `infini.ops.<operator>(input, out)` of a gated activation once
+    per dtype on the flat kernels (one token: both halves contiguous) and
+    the strided ones (several tokens), each serial and parallel; returns
+    the number of calls made."""
+    import torch
+
+    import infini.ops
+
+    function = getattr(infini.ops, operator)
+    calls = 0
+    for dtype in torch_dtypes():
+        for tokens, half in ((1, 8), (1, 1 << 17), (8, 8), (512, 256)):
+            input = torch.zeros(tokens, 2 * half, dtype=dtype)
+            out = torch.empty(tokens, half, dtype=dtype)
+            function(input, out, implementation_index=0)
+            calls += 1
+    return calls

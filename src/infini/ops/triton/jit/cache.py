@@ -9,7 +9,9 @@ Each entry is named by the FNV-1a 64-bit hash of its identity (16 hex
 digits); the identity is stored inside, so a hash collision or a stale entry
 (another Triton version or kernel source, which change the identity) is
 rejected on read, like a corrupt one. Files are written to a temporary name
-and moved into place, so readers never see half a file.
+and moved into place, so readers never see half a file. A file that exists
+but is rejected is reported once (`report_damaged_entry`, docs/behaviour.md,
+"Damaged cache entries"); the caller compiles and writes the entry again.
 
 - ``<stem>.json``: Triton's kernel metadata plus `cache_identity` and
   `binary_ext`; ``<stem>.<binary_ext>`` (e.g. ``cubin``): the binary.
@@ -22,6 +24,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from infini.ops.core.cache_faults import report_damaged_entry
 from infini.ops.core.config import CompileConfig
 from infini.ops.runtime.cache import triton_cache_directory as cache_directory
 from infini.ops.runtime.cache import write_atomically
@@ -67,35 +70,52 @@ def read_kernel_artifact(identity_text: str) -> tuple[dict, Path, Path] | None:
     json_path = cache_path(identity_text, ".json")
     try:
         record = json.loads(json_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except FileNotFoundError:
         return None
-    if not isinstance(record, dict) or record.get("cache_identity") != identity_text:
+    except (OSError, ValueError) as error:
+        report_damaged_entry(json_path, error)
         return None
+    problem = _kernel_record_problem(record, identity_text)
+    if problem is not None:
+        report_damaged_entry(json_path, problem)
+        return None
+    binary_path = json_path.with_suffix(f".{record['binary_ext']}")
+    try:
+        with open(binary_path, "rb") as file:
+            if not file.read(1):
+                report_damaged_entry(binary_path, "empty")
+                return None
+    except OSError as error:
+        report_damaged_entry(binary_path, error)
+        return None
+    return record, json_path, binary_path
+
+
+def _kernel_record_problem(record, identity_text: str) -> str | None:
+    """What makes a kernel's JSON record unusable, or `None`."""
+    if not isinstance(record, dict):
+        return "not a kernel record"
+    if record.get("cache_identity") != identity_text:
+        return "another identity (a stale or foreign entry)"
     name = record.get("name")
     binary_ext = record.get("binary_ext")
     if not isinstance(name, str) or not name:
-        return None
+        return "no kernel name"
     if not isinstance(binary_ext, str) or not binary_ext.isalnum():
-        return None
+        return "no valid binary extension"
     for field in ("num_warps", "shared", "global_scratch_size", "profile_scratch_size"):
         value = record.get(field)
         if type(value) is not int or value not in _INT32:
-            return None
+            return f"`{field}` is not an int32"
     if record["num_warps"] == 0:
-        return None
+        return "zero warps"
     # Kernels needing scratch memory are refused (docs/behaviour.md, "Triton kernel
     # cache").
     if record["global_scratch_size"] or record["profile_scratch_size"]:
-        return None
+        return "needs scratch memory"
     if not isinstance(record.get("target"), dict):
-        return None
-    binary_path = json_path.with_suffix(f".{binary_ext}")
-    try:
-        if binary_path.stat().st_size == 0:
-            return None
-    except OSError:
-        return None
-    return record, json_path, binary_path
+        return "no target"
+    return None
 
 
 def write_auto_tuning_config(identity_text: str, config: CompileConfig) -> Path:
@@ -111,20 +131,30 @@ def read_auto_tuning_config(identity_text: str) -> CompileConfig | None:
     path = cache_path(identity_text, ".autotune")
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as error:
+        report_damaged_entry(path, error)
+        return None
+    try:
         if record["cache_identity"] != identity_text:
+            report_damaged_entry(path, "another identity (a stale or foreign entry)")
             return None
         config = record["config"]
         num_warps, num_stages = config["num_warps"], config["num_stages"]
         constexprs = config["constexprs"]
-        if type(num_warps) is not int or type(num_stages) is not int:
-            return None
-        if num_warps <= 0 or num_stages <= 0 or not isinstance(constexprs, dict):
-            return None
-        items = []
-        for name, value in constexprs.items():
-            if type(value) is not int:
-                return None
-            items.append((name, value))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        valid = (
+            type(num_warps) is int
+            and type(num_stages) is int
+            and num_warps > 0
+            and num_stages > 0
+            and isinstance(constexprs, dict)
+            and all(type(value) is int for value in constexprs.values())
+        )
+    except (KeyError, TypeError, AttributeError) as error:
+        report_damaged_entry(path, error)
         return None
-    return CompileConfig(num_warps, num_stages, tuple(sorted(items)))
+    if not valid:
+        report_damaged_entry(path, "not a compile config")
+        return None
+    return CompileConfig(num_warps, num_stages, tuple(sorted(constexprs.items())))
