@@ -18,6 +18,12 @@ from typing import Any
 from build_model import ManifestError, parse_overload, write_text_if_changed
 from source_scan import read_base
 
+from infini.ops.core.schema import (
+    GENERATED_ATEN_MODULE,
+    TORCH_METADATA_NAME,
+    aten_base_doc,
+)
+
 # Keyword-only parameters every free function has (docs/behaviour.md, "Public
 # functions").
 _CALL_KEYWORDS = "stream: int = 0, implementation_index: int | None = None"
@@ -56,12 +62,21 @@ def operator_page(op: str, info: Mapping[str, Any], docstring: str) -> str:
     lines.append("")
     if docstring:
         lines += [docstring, ""]
+    # The class takes the same overloads without the keyword-only
+    # parameters (docs/behaviour.md, "Operator classes").
+    directive = ".. py:class:: "
+    for index, overload in enumerate(info["overloads"]):
+        prefix = directive if index == 0 else " " * len(directive)
+        lines.append(f"{prefix}infini.ops.{info['class']}({_signature(overload)})")
     lines += [
-        f".. py:class:: infini.ops.{info['class']}",
         "",
-        "   Built once for the tensors' metadata, then called with any of the",
-        "   overloads above; ``active_implementation_indices(device)`` and",
-        "   ``clear_cache()`` are its static methods.",
+        "   Built once for the tensors' shape, strides, dtype and device, at the",
+        "   default implementation slot of their device, then called with any of",
+        "   these overloads on tensors of that geometry, on stream 0; each call",
+        "   computes with its own scalars and overload. Neither the constructor",
+        "   nor the call takes ``stream``, ``implementation_index`` or ``config``.",
+        "   ``active_implementation_indices(device)`` and ``clear_cache()`` are",
+        "   its static methods.",
         "",
         "Implementations in this build",
         "-----------------------------",
@@ -102,15 +117,41 @@ def index_page(manifest: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_docs(manifest: Mapping[str, Any], source_dir: Path, output_dir: Path) -> None:
-    """Write `index.rst` and one `<op>.rst` per operator into `output_dir`."""
+def _torch_metadata(manifest_path: Path | None) -> dict:
+    path = (
+        None if manifest_path is None else manifest_path.with_name(TORCH_METADATA_NAME)
+    )
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (AttributeError, OSError, ValueError) as error:
+        raise ManifestError(
+            str(path), f"the ATen operators' metadata cannot be read: {error}"
+        ) from None
+
+
+def write_docs(
+    manifest: Mapping[str, Any],
+    source_dir: Path,
+    output_dir: Path,
+    manifest_path: Path | None = None,
+) -> None:
+    """Write `index.rst` and one `<op>.rst` per operator into `output_dir`;
+    ATen operators read their metadata beside `manifest_path`."""
     output_dir.mkdir(parents=True, exist_ok=True)
     pages = {"index.rst": index_page(manifest)}
+    metadata = None
     for op, info in manifest["operators"].items():
-        base_path = source_dir.joinpath(
-            "src", *info["base_module"].split(".")
-        ).with_suffix(".py")
-        docstring = read_base(source_dir, base_path).docstring
+        if info["base_module"] == GENERATED_ATEN_MODULE:
+            # No base module: the description the runtime gives the base it
+            # generates from the ATen metadata, which lies beside the manifest.
+            if metadata is None:
+                metadata = _torch_metadata(manifest_path)
+            docstring = aten_base_doc(op, metadata)
+        else:
+            base_path = source_dir.joinpath(
+                "src", *info["base_module"].split(".")
+            ).with_suffix(".py")
+            docstring = read_base(source_dir, base_path).docstring
         pages[f"{op}.rst"] = operator_page(op, info, docstring)
     for stale in output_dir.glob("*.rst"):
         if stale.name not in pages:
@@ -131,7 +172,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{arguments.manifest}: cannot be read: {error}", file=sys.stderr)
         return 1
     try:
-        write_docs(manifest, arguments.source_dir, arguments.output_dir)
+        write_docs(
+            manifest, arguments.source_dir, arguments.output_dir, arguments.manifest
+        )
     except ManifestError as error:
         print(error, file=sys.stderr)
         return 1

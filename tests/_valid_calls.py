@@ -653,6 +653,7 @@ VALID_CALLS = {
     "sigmoid": _unary,
     "sigmoid_infinilm": _unary,
     "silu": _unary,
+    "gelu_tanh_and_mul": silu_and_mul,
     "silu_and_mul": silu_and_mul,
     "silu_and_mul_infinilm": silu_and_mul,
     "softmax": softmax,

@@ -8,6 +8,10 @@ mutation changes one argument of it:
   first of each tensor list) gets a dtype its role excludes, an extra
   dimension, one more row, the meta device, or becomes a string;
 - `non_scalar`: each scalar becomes an object of no parameter type;
+- `tensor_scalar`, `list_scalar`: each scalar becomes a multi-element
+  tensor (which has `__float__`, `__index__` and `__bool__` that raise) or
+  a list, at every slot active on the CPU (issue 25: the conversion's own
+  error named neither the operator nor the parameter);
 - `expanded`, `overlapping`: each written tensor becomes a stride-0 view, or
   a view whose rows share elements;
 - `aliased`: each pair of written tensors shares memory (from one address,
@@ -22,6 +26,10 @@ leave the bytes of every tensor argument as they were. A mutation the
 operator documents as valid (`Call.accepts`) is not generated. Zero-size and
 NaN/Inf inputs give a result (finite where the inputs are, NaN somewhere
 when a NaN is read) or such an error.
+
+Tensor-likes (docs/behaviour.md, "Tensor arguments") in place of each
+tensor, at every slot active on the CPU, either give the torch tensors'
+result or raise such an error naming the parameter (`test_tensor_likes`).
 
 Everything runs in this process on tiny shapes with the dtypes of the valid
 call, so that the kernels compiled for the operators' own tests serve here
@@ -182,6 +190,24 @@ def _scalar_positions(operator, args):
     ]
 
 
+def _binds_like(operator, args, changed) -> bool:
+    """Whether `changed` binds to the overload `args` binds to, or to none
+    (a `TypeError` naming the refused parameter)."""
+    entry = IMPLEMENTATIONS[operator]
+    cls = getattr(importlib.import_module(entry["module"]), entry["class"])
+    overloads = [Overload(i, text) for i, text in enumerate(cls.overloads)]
+    bound = resolve(overloads, tuple(changed), {})
+    return (
+        bound is None or bound[0].index == resolve(overloads, tuple(args), {})[0].index
+    )
+
+
+def _cpu_slots(operator):
+    return getattr(infini.ops, class_name_of(operator)).active_implementation_indices(
+        "cpu"
+    )
+
+
 def _accepted(call, mutation, name) -> bool:
     return name in call.accepts.get(mutation, {})
 
@@ -247,6 +273,8 @@ MUTATIONS = (
     "device",
     "non_tensor",
     "non_scalar",
+    "tensor_scalar",
+    "list_scalar",
     "expanded",
     "overlapping",
     "aliased",
@@ -288,6 +316,16 @@ def _cases(operator, mutation, call):
     elif mutation == "non_scalar":
         for position, name in _scalar_positions(operator, args):
             cases.append((name, _replaced(args, position, object()), None, None))
+    elif mutation in ("tensor_scalar", "list_scalar"):
+        value = torch.ones(3) if mutation == "tensor_scalar" else [1.0, 2.0]
+        for position, name in _scalar_positions(operator, args):
+            if isinstance(args[position], (list, tuple)):
+                continue  # a list parameter: `non_scalar` covers it
+            changed = _replaced(args, position, value)
+            if not _binds_like(operator, args, changed):
+                continue  # another overload takes it: its own checks apply
+            for index in _cpu_slots(operator):
+                cases.append((f"{name} at slot {index}", changed, name, index))
     elif mutation in ("expanded", "overlapping"):
         make = _expanded if mutation == "expanded" else _self_overlapping
         least = 1 if mutation == "expanded" else 2
@@ -358,6 +396,88 @@ def test_cached_calls_reject_bad_slots():
             if problem is not None:
                 problems.append(f"`{operator}` at {index!r}: {problem}")
     assert not problems, "; ".join(problems[:10])
+
+
+# -- tensor-likes ------------------------------------------------------------------
+
+
+class _TensorLike:
+    """A tensor by duck typing (docs/behaviour.md, "Tensor arguments"): it
+    has what the library reads and nothing else of `torch.Tensor`."""
+
+    def __init__(self, tensor):
+        self._tensor = tensor
+        self.shape = tensor.shape
+        self.dtype = tensor.dtype
+        self.device = tensor.device
+
+    def data_ptr(self):
+        return self._tensor.data_ptr()
+
+    def stride(self, *dim):
+        return self._tensor.stride(*dim)
+
+
+@pytest.mark.parametrize("operator", OPERATORS)
+def test_tensor_likes(operator):
+    """Each tensor argument as a tensor-like, at every slot active on the
+    CPU, after a cached call with torch tensors: the same result as the
+    torch tensors give, or a `ValueError`/`TypeError` naming the operator
+    and the parameter, with nothing written."""
+    problems = []
+    for index in _cpu_slots(operator):
+        call = VALID_CALLS[operator](ROWS)
+        reference = [_clone(value) for value in call.args]
+        getattr(infini.ops, operator)(*reference, implementation_index=index)
+        for position, name in _tensor_positions(operator, call.args):
+            args = [_clone(value) for value in call.args]
+            expected = [_clone(value) for value in call.args]
+            torch.manual_seed(0)  # the sampling operators draw from torch
+            getattr(infini.ops, operator)(*expected, implementation_index=index)
+            changed = _replaced(args, position, _TensorLike(args[position]))
+            before = _snapshot(args)
+            torch.manual_seed(0)
+            try:
+                getattr(infini.ops, operator)(*changed, implementation_index=index)
+            except (ValueError, TypeError) as error:
+                message = str(error)
+                if f"`{operator}`" not in message or f"`{name}" not in message:
+                    problems.append(f"slot {index}, `{name}`: {message}")
+                elif _snapshot(args) != before:
+                    problems.append(f"slot {index}, `{name}`: written before raising")
+            except Exception as error:  # noqa: BLE001 - reported below
+                problems.append(
+                    f"slot {index}, `{name}`: {type(error).__name__}: {error}"
+                )
+            else:
+                same = all(
+                    torch.equal(a.nan_to_num(1234.5), b.nan_to_num(1234.5))
+                    for a, b in zip(_tensors(args), _tensors(expected), strict=True)
+                )
+                if not same:
+                    problems.append(f"slot {index}, `{name}`: another result")
+    assert not problems, f"`{operator}`: " + "; ".join(problems)
+
+
+def _clone(value):
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, list):
+        return [_clone(item) for item in value]
+    return value
+
+
+def test_issue_25_conversions_name_the_operator_and_the_parameter():
+    x, w = torch.randn(4, 64), torch.randn(64)
+    out = torch.empty_like(x)
+    with pytest.raises(
+        ValueError, match="`rms_norm`: `eps` must be a float, got Tensor"
+    ):
+        infini.ops.rms_norm(x, w, out, 1e-6)
+    with pytest.raises(ValueError, match="`add`: `alpha` must be a float, got Tensor"):
+        infini.ops.add(x, x, out, 0)
+    with pytest.raises(ValueError, match="`add`: `alpha` must be a float, got Tensor"):
+        infini.ops.Add(x, x, out, 0)
 
 
 # -- calls that must succeed (or fail cleanly) -------------------------------

@@ -4,7 +4,9 @@ The public surface is built from the build manifest: for every operator of the
 build, a snake_case function (``infini.ops.rms_norm(x, w, 1e-6, out)``) and a
 PascalCase class (``infini.ops.RmsNorm``). It is built on the first access to
 one of them (or to `__version__`, `dir(infini.ops)`, ...), so importing
-`infini.ops.core` or `infini.ops.base` never reads the manifest. Kernels are
+`infini.ops.core` or `infini.ops.base` never reads the manifest; each
+function or class is made, with its signature and docstring, when its name
+is first looked up. Kernels are
 imported lazily too, the first time an operator is built for a device.
 """
 
@@ -16,13 +18,18 @@ _PACKAGE_DIRECTORY = _os.path.dirname(__file__)
 # Names that the surface defines although they start with `_`.
 _SURFACE_NAMES = frozenset(("__version__", "__all__", "_entries"))
 
-_surface_lock = _threading.Lock()
+_surface_lock = _threading.RLock()
 _surface_built = False
+# Public name -> what makes it (`core.dispatch.build_surface`); a name is
+# made on its first lookup and then lives in the module's namespace.
+_public: dict = {}
 
 
 def _build_public_surface() -> None:
-    """Adds every operator's function and class to the module, once; later
-    accesses find them in the module's namespace and cost nothing extra."""
+    """Reads the manifest and prepares every operator's function and class,
+    once. Each is made on its first lookup (with its signature and
+    docstring, which import the operator's base); later lookups find it in
+    the module's namespace and cost nothing extra."""
     global _surface_built
     with _surface_lock:
         if _surface_built:
@@ -30,13 +37,22 @@ def _build_public_surface() -> None:
         from .core.dispatch import build_surface
 
         namespace = globals()
-        version, entries = build_surface(namespace)
+        version, entries, public = build_surface()
+        _public.update(public)
         namespace["__version__"] = version
         namespace["_entries"] = entries
-        namespace["__all__"] = sorted(
-            [*entries, *(entry.class_name for entry in entries.values())]
-        )
+        namespace["__all__"] = sorted(public)
         _surface_built = True
+
+
+def _make_public(name: str):
+    from .core.dispatch import make_public
+
+    with _surface_lock:
+        namespace = globals()
+        if name not in namespace:
+            namespace[name] = make_public(_public, name)
+        return namespace[name]
 
 
 def _is_submodule(name: str) -> bool:
@@ -60,13 +76,15 @@ def __getattr__(name: str):
         _build_public_surface()
         if name in globals():
             return globals()[name]
+    if name in _public:
+        return _make_public(name)
     # An operator that is not in this build has no function or class.
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
     _build_public_surface()
-    return sorted(globals())
+    return sorted({*globals(), *_public})
 
 
 def _host_range_profile_compiled() -> bool:

@@ -16,7 +16,11 @@ class Linear(Operator):
     - Any strides; `weight` is read in place whatever its layout.
     - float32, float64, float16 and bfloat16, one dtype for all tensors.
       16-bit floats are computed in float32 (product and bias) and rounded
-      once, as the reference does.
+      once, as the reference does. Slot 8 is ATen's `linear.out` as it is:
+      with a 2-D `input` it rounds once too, but with a 1-D or an
+      ``N >= 3``-D `input` and a `bias` it rounds the product to the 16-bit
+      dtype before adding the bias, then rounds again (docs/behaviour.md,
+      "ATen backend").
     - `out` may alias or overlap the inputs: they are read first.
     """
 

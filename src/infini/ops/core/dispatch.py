@@ -28,10 +28,11 @@ import gc
 import importlib
 import operator as _operator
 import struct
+import sys
 import threading
 from collections.abc import Callable
 
-from . import tracing
+from . import docs, tracing
 from .config import parse_config
 from .custom_ops import attach_traceable
 from .devices import DeviceMap
@@ -60,6 +61,16 @@ from .tensor import read_meta
 # more geometries than a model uses, few enough to bound the memory when a
 # caller varies shapes or scalars on every call.
 CACHE_LIMIT = 4096
+# Operators one class object keeps, one per overload and scalar values it
+# was called with (its tensors' geometry is fixed).
+CONSTRUCTED_LIMIT = 64
+
+
+def call_keywords(has_triton: bool) -> str:
+    """The keyword-only parameters of every public function, as written in
+    signatures (docs/behaviour.md, "Public functions")."""
+    extra = ", config: dict | None = None" if has_triton else ""
+    return f", *, stream: int = 0, implementation_index: int | None = None{extra}"
 
 
 class BoundOverload:
@@ -205,6 +216,17 @@ def _compile_tensor_getter(overload: Overload, canonical_tensors: tuple[str, ...
     return namespace["tensors"]
 
 
+# What each scalar kind must be, for conversion errors.
+_KIND_NAMES = {
+    FLOAT: "a float",
+    INT: "an int",
+    BOOL: "a bool",
+    INT_LIST: "a list of ints",
+    FLOAT_LIST: "a list of floats",
+    INT_LIST_LIST: "a list of lists of ints",
+}
+
+
 # Conversions of call-scalar values to the types the operator was built with
 # (as `signature.convert` does on the slow path; the key has checked the
 # value's type already).
@@ -257,9 +279,62 @@ def _compile_runner(
                 value = converted
             values.append(value)
         lines.append(f"    operator.bind_call({', '.join(values)})")
-    lines.append(f"    operator.launch(stream{''.join(', ' + i for i in items)})")
+    # A `try` costs nothing until something raises (Python 3.11's exception
+    # tables), so the cached path stays as cheap as a bare launch.
+    lines.append("    try:")
+    lines.append(f"        operator.launch(stream{''.join(', ' + i for i in items)})")
+    lines.append("    except (AttributeError, TypeError, ValueError) as error:")
+    lines.append(
+        "        _reject_tensor_likes("
+        "operator.name, type(operator), _overload, a, error)"
+    )
+    lines.append("        raise")
+    namespace["_reject_tensor_likes"] = reject_tensor_likes
+    namespace["_overload"] = overload
     exec("\n".join(lines), namespace)  # noqa: S102 - generated from overload specs
     return namespace["run"]
+
+
+# Implementations that read a tensor-like's memory themselves (the native
+# CPU kernels); every other one needs `torch.Tensor` arguments.
+TENSOR_LIKE_MODULES = ("infini.ops.native.cpu.",)
+
+
+def reject_tensor_likes(
+    name: str, implementation, overload: Overload, values, error=None
+) -> None:
+    """Called when a launch raised (`AttributeError`, `TypeError`, or the
+    ATen slot's `ValueError` naming ATen's argument): if a tensor
+    argument is a tensor-like object rather than a `torch.Tensor`, raises an
+    error naming the operator and that parameter (the implementation reads
+    torch tensors only; docs/behaviour.md, "Tensor arguments"). Otherwise
+    returns, and the caller re-raises the original error, as it does for
+    an error the library raised itself (a missing device, for one), which
+    already names the operator and says what is wrong."""
+    if isinstance(error, OperatorError):
+        return
+    torch = sys.modules.get("torch")
+    tensor_type = getattr(torch, "Tensor", ())
+    for position, parameter in enumerate(overload.parameters):
+        if not parameter.is_tensor or position >= len(values):
+            continue
+        value = values[position]
+        items = (
+            [(parameter.name, value)]
+            if parameter.kind in (TENSOR, OPTIONAL_TENSOR)
+            else [(f"{parameter.name}[{i}]", v) for i, v in enumerate(value or ())]
+        )
+        for label, item in items:
+            if item is not None and not isinstance(item, tensor_type):
+                cause = "" if error is None else f" ({type(error).__name__}: {error})"
+                raise OperatorError(
+                    name,
+                    f"`{label}` is a tensor-like `{type(item).__name__}`, not a "
+                    f"`torch.Tensor`, and implementation slot "
+                    f"{implementation.implementation_slot} "
+                    f"(`{implementation.__name__}`) reads torch tensors only; "
+                    f"pass a `torch.Tensor`{cause}.",
+                ) from error
 
 
 class OperatorEntry:
@@ -412,33 +487,73 @@ class OperatorEntry:
         bound.run(operator, stream, values)
         return None
 
-    def construct(self, args: tuple, kwargs: dict) -> tuple[Operator, tuple]:
-        """A class instance's operator, built for the default slot."""
-        bound, values = self._resolve(args, kwargs)
+    def construct(self, instance, args: tuple, kwargs: dict) -> None:
+        """A class instance's `__init__`: builds its operator for the default
+        slot and keeps it under the call's key (see `call_constructed`)."""
+        self._reject_call_keywords(kwargs)
+        bound, values = self._resolve(args, kwargs, keywords=False)
         operator = self._build(bound, values, None)
-        return operator, self._tensor_geometry(bound, values)
+        instance._operator = operator
+        instance._geometry = self._tensor_geometry(bound, values)
+        try:
+            key = bound.key(values, None)
+        except Exception:
+            key = None
+        instance._operators = {} if key is None else {key: operator}
 
-    def call_constructed(
-        self, operator: Operator, geometry: tuple, args, kwargs
-    ) -> None:
-        """A class instance's `__call__`: runs its operator, no cache, no trace."""
-        bound, values = self._resolve(args, kwargs)
-        if self._tensor_geometry(bound, values) != geometry:
+    def call_constructed(self, instance, args: tuple, kwargs: dict) -> None:
+        """A class instance's `__call__` after its fast path missed: another
+        overload, other scalar values, keywords, or other tensors.
+
+        Tensors must keep the construction's geometry. Scalars and the
+        overload may change: the call computes with them, on an operator
+        built for them at the default slot and kept by the object under the
+        call's key (docs/behaviour.md, "Operator classes")."""
+        self._reject_call_keywords(kwargs)
+        bound, values = self._resolve(args, kwargs, keywords=False)
+        if self._tensor_geometry(bound, values) != instance._geometry:
             raise OperatorError(
                 self.name,
                 f"the tensors passed to this `{self.class_name}` object differ in "
                 "shape, strides, dtype or device from those it was built with; "
                 f"build a new `{self.class_name}` for them.",
             )
+        operators = instance._operators
+        try:
+            key = bound.key(values, None)
+            operator = operators.get(key)
+        except Exception:
+            key = operator = None
+        if operator is None:
+            operator = self._build(bound, values, None)
+            if key is not None:
+                if len(operators) >= CONSTRUCTED_LIMIT:
+                    operators.clear()
+                operators[key] = operator
         bound.run(operator, 0, values)
+
+    def _reject_call_keywords(self, kwargs: dict) -> None:
+        for name in ("stream", "implementation_index", "config"):
+            if name in kwargs:
+                raise TypeError(
+                    f"`{self.name}`: `{self.class_name}` objects take no `{name}`: "
+                    "they run the default implementation slot on stream 0 "
+                    f'(docs/behaviour.md, "Operator classes"); call '
+                    f"`infini.ops.{self.name}(..., {name}=...)` instead."
+                )
 
     # -- the slow path ---------------------------------------------------------
 
-    def _resolve(self, args: tuple, kwargs: dict) -> tuple[BoundOverload, tuple]:
+    def _resolve(
+        self, args: tuple, kwargs: dict, keywords: bool = True
+    ) -> tuple[BoundOverload, tuple]:
+        """The overload the arguments bind to and their values in its
+        parameter order; a `TypeError` listing the overloads (with the
+        functions' keyword-only parameters when `keywords`) if none does."""
         overloads = self.bound_overloads
         result = resolve([b.overload for b in overloads], args, kwargs)
         if result is None:
-            raise self._no_matching_overload(args, kwargs)
+            raise self._no_matching_overload(args, kwargs, keywords)
         overload, values, remember = result
         bound = overloads[overload.index]
         if any(
@@ -458,19 +573,36 @@ class OperatorEntry:
             self._memo[tuple(map(type, args))] = (bound, values[len(args) :])
         return bound, values
 
-    def _no_matching_overload(self, args: tuple, kwargs: dict) -> TypeError:
+    def _no_matching_overload(
+        self, args: tuple, kwargs: dict, keywords: bool = True
+    ) -> TypeError:
+        name = self.name if keywords else self.class_name
+        tail = call_keywords(self.has_triton) if keywords else ""
         supported = "\n".join(
-            f"    {i + 1}. {self.name}({b.overload.text}, *, stream: int = 0, "
-            "implementation_index: int | None = None)"
+            f"    {i + 1}. {name}({b.overload.text}{tail})"
             for i, b in enumerate(self.bound_overloads)
         )
         given = ", ".join(
             [describe_value(a) for a in args]
             + [f"{k}={describe_value(v)}" for k, v in kwargs.items()]
         )
+        # Name the parameters that refused a value, in each overload the
+        # call's count and keywords fit.
+        refused = []
+        for number, b in enumerate(self.bound_overloads, 1):
+            wrong = b.overload.mismatches(args, kwargs)
+            if wrong:
+                refused.append(
+                    f"    {number}. "
+                    + "; ".join(
+                        f"`{p.name}` ({p.type}) refuses {describe_value(v)}"
+                        for p, v in wrong
+                    )
+                )
+        why = "\n\nRefused:\n" + "\n".join(refused) if refused else ""
         return TypeError(
             f"`{self.name}`: incompatible function arguments. The following argument "
-            f"types are supported:\n{supported}\n\nInvoked with: {given}"
+            f"types are supported:\n{supported}\n\nInvoked with: {given}{why}"
         )
 
     def _tensor_geometry(self, bound: BoundOverload, values: tuple) -> tuple:
@@ -495,7 +627,18 @@ class OperatorEntry:
             arguments.config = config
         module_name, class_name = self.modules[(device.platform, slot)]
         implementation = getattr(importlib.import_module(module_name), class_name)
-        operator = implementation(arguments)
+        reads_tensor_likes = module_name.startswith(TENSOR_LIKE_MODULES)
+        try:
+            # The constructor checks what the library itself refuses (a
+            # device this process lacks, for one): its message comes first.
+            operator = implementation(arguments)
+        except (AttributeError, TypeError, ValueError) as error:
+            if not reads_tensor_likes:
+                reject_tensor_likes(self.name, implementation, overload, values, error)
+            raise
+        if not reads_tensor_likes:
+            # Before anything runs (docs/behaviour.md, "Tensor arguments").
+            reject_tensor_likes(self.name, implementation, overload, values)
         if bound.written_pairs:
             operator.written_extents = written_extents(bound.written_pairs, arguments)
         return operator
@@ -577,11 +720,29 @@ class OperatorEntry:
             if parameter.is_tensor:
                 named[parameter.name] = self._read_tensors(parameter, value)
             else:
-                named[parameter.name] = convert(parameter, value)
+                named[parameter.name] = self._convert(parameter, value)
         for name in self.canonical:
             if name not in named:
                 named[name] = base.defaults.get(name)
         return Arguments(named, device, overload.index)
+
+    def _convert(self, parameter, value):
+        """`signature.convert`, with its failures reported as ours: a value
+        the binder accepted whose conversion raises (a multi-element tensor
+        where a `float` goes, a `__float__` that raises) names the operator
+        and the parameter (docs/behaviour.md, "Errors")."""
+        try:
+            return convert(parameter, value)
+        except Exception as error:  # noqa: BLE001 - reported with the parameter
+            kind = _KIND_NAMES.get(parameter.kind, parameter.kind)
+            message = (
+                f"`{parameter.name}` must be {kind}"
+                f", got {describe_value(value)} that does not convert "
+                f"({type(error).__name__}: {error})."
+            )
+            if isinstance(error, TypeError):
+                raise TypeError(f"`{self.name}`: {message}") from error
+            raise OperatorError(self.name, message) from error
 
     def _read_tensors(self, parameter, value):
         if value is None:
@@ -694,7 +855,8 @@ def make_function(entry: OperatorEntry) -> Callable:
     function.__module__ = "infini.ops"
     # `torch.compile` traces a custom op call instead (`custom_ops`).
     attach_traceable(function, entry)
-    function.__doc__ = _signature_doc(entry)
+    function.__doc__ = docs.function_doc(entry)
+    function.__signature__ = docs.signature(entry, keywords=True)
     return function
 
 
@@ -703,15 +865,35 @@ def make_class(entry: OperatorEntry) -> type:
     call_constructed = entry.call_constructed
 
     def __init__(self, *args, **kwargs):
-        self._operator, self._geometry = construct(args, kwargs)
+        construct(self, args, kwargs)
 
     def __call__(self, *args, **kwargs):
-        call_constructed(self._operator, self._geometry, args, kwargs)
+        # As the function's fast path: the overload from the argument count
+        # or types, then the call's key (tensor geometry, overload, scalar
+        # values) finds the operator this object built for it. A miss (other
+        # scalars or overload, keywords, other tensors) builds or rejects in
+        # `OperatorEntry.call_constructed`.
+        if not kwargs:
+            remembered = entry._by_arity.get(len(args))
+            if remembered is None:
+                remembered = entry._memo.get(tuple(map(type, args)))
+            if remembered is not None:
+                bound, tail = remembered
+                values = args + tail if tail else args
+                try:
+                    operator = self._operators[bound.key(values, None)]
+                except Exception:
+                    pass
+                else:
+                    bound.run(operator, 0, values)
+                    return None
+        call_constructed(self, args, kwargs)
 
     namespace = {
-        "__slots__": ("_operator", "_geometry"),
+        "__slots__": ("_operator", "_operators", "_geometry"),
         "__module__": "infini.ops",
-        "__doc__": _signature_doc(entry),
+        "__doc__": docs.class_doc(entry),
+        "__signature__": docs.signature(entry, keywords=False),
         "__init__": __init__,
         "__call__": __call__,
         "active_implementation_indices": staticmethod(
@@ -722,24 +904,18 @@ def make_class(entry: OperatorEntry) -> type:
     return type(entry.class_name, (), namespace)
 
 
-def _signature_doc(entry: OperatorEntry) -> str:
-    extra = ", config: dict | None = None" if entry.has_triton else ""
-    lines = [
-        f"{entry.name}({text}, *, stream: int = 0, "
-        f"implementation_index: int | None = None{extra}) -> None"
-        for text in entry.overload_texts
-    ]
-    return "\n".join(lines) + f"\n\nSee `{entry.base_module}` for the semantics."
-
-
-def build_surface(namespace: dict) -> tuple[str, dict[str, OperatorEntry]]:
-    """Adds a function and a class per operator of the build to `namespace`
-    (the `infini.ops` module); returns the package version and the entries."""
+def build_surface() -> tuple[str, dict[str, OperatorEntry], dict[str, tuple]]:
+    """The package version, an entry per operator of the build, and the
+    public names: function and class name -> (maker, entry). The function or
+    class itself is made when its name is first looked up (`make_public`),
+    so that building the surface stays cheap although docstrings and
+    signatures import the operator's base."""
     from .manifest import load_manifest
 
     manifest = load_manifest()
     device_map = DeviceMap(manifest["devices"])
     entries: dict[str, OperatorEntry] = {}
+    public: dict[str, tuple] = {}
     # Building ~500 operators allocates enough to trigger a full garbage
     # collection, which after `import torch` walks millions of objects
     # (~0.3 s); nothing built here is garbage, so collect later instead.
@@ -750,9 +926,15 @@ def build_surface(namespace: dict) -> tuple[str, dict[str, OperatorEntry]]:
             for name, info in manifest["operators"].items():
                 entry = OperatorEntry(name, info, device_map)
                 entries[name] = entry
-                namespace[name] = make_function(entry)
-                namespace[entry.class_name] = make_class(entry)
+                public[name] = (make_function, entry)
+                public[entry.class_name] = (make_class, entry)
     finally:
         if collecting:
             gc.enable()
-    return manifest.get("package_version", "0"), entries
+    return manifest.get("package_version", "0"), entries, public
+
+
+def make_public(public: dict, name: str):
+    """The function or class `name` of the surface (see `build_surface`)."""
+    maker, entry = public[name]
+    return maker(entry)

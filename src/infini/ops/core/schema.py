@@ -38,3 +38,25 @@ def class_name_of(operator: str) -> str:
     """The public class of an operator: PascalCase of every `_`-separated part
     (`rms_norm` -> `RmsNorm`, `top_k_top_p_sampler` -> `TopKTopPSampler`)."""
     return "".join(part[:1].upper() + part[1:] for part in operator.split("_"))
+
+
+def aten_base_doc(operator: str, metadata: dict) -> str:
+    """The description of an operator whose base is generated from the ATen
+    schema (no `infini.ops.base` module): its docstring at run time
+    (`infini.ops.torch.aten`) and in the operator reference
+    (`scripts/generate_api_docs.py`). `metadata` is the ATen metadata."""
+    info = metadata["operators"][operator]
+    entries = metadata["ops"]
+    schemas = sorted(
+        {
+            f"aten::{entries[i]['aten_name']}.{entries[i]['overload_name']}"
+            for i in info["bindings"]
+            if i is not None
+        }
+    )
+    return (
+        f"`{operator}`: PyTorch's `{schemas[0].split('.')[0][6:]}` (ATen "
+        f"{', '.join(schemas)}), called with caller-allocated outputs.\n\n"
+        "Generated from the installed torch's schema; see torch's documentation "
+        "for the semantics."
+    )

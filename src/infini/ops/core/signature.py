@@ -305,8 +305,9 @@ class Overload:
             None,
         )
 
-    def bind(self, args: tuple, kwargs: dict, lenient: bool) -> tuple | None:
-        """The argument tuple in parameter order, or `None` if not accepted."""
+    def _fill(self, args: tuple, kwargs: dict) -> list | None:
+        """The values in parameter order (defaults filled in), or `None` when
+        the count or the keywords do not fit this overload."""
         parameters = self.parameters
         if len(args) > len(parameters):
             return None
@@ -322,10 +323,30 @@ class Overload:
                 values.append(parameter.default)
             else:
                 return None
-        for parameter, value in zip(parameters, values):
+        return values
+
+    def bind(self, args: tuple, kwargs: dict, lenient: bool) -> tuple | None:
+        """The argument tuple in parameter order, or `None` if not accepted."""
+        values = self._fill(args, kwargs)
+        if values is None:
+            return None
+        for parameter, value in zip(self.parameters, values):
             if not matches(parameter, value, lenient):
                 return None
         return tuple(values)
+
+    def mismatches(self, args: tuple, kwargs: dict) -> list | None:
+        """(parameter, value) for every value the lenient pass rejects, or
+        `None` when the count or the keywords do not fit (for the message
+        of a call no overload accepts)."""
+        values = self._fill(args, kwargs)
+        if values is None:
+            return None
+        return [
+            (parameter, value)
+            for parameter, value in zip(self.parameters, values)
+            if not matches(parameter, value, True)
+        ]
 
 
 def resolve(overloads: Sequence[Overload], args: tuple, kwargs: dict):

@@ -48,7 +48,12 @@ class TensorMeta:
         return self.strides[dim]
 
     def is_contiguous(self) -> bool:
-        """Row-major with no gaps (dimensions of size 1 may have any stride)."""
+        """Row-major with no gaps (dimensions of size 1 may have any stride).
+        A zero-size tensor has no elements, so no gaps: it is contiguous
+        whatever its strides, as in torch (``torch.empty(3, 0)`` has strides
+        ``(1, 1)``)."""
+        if 0 in self.shape:
+            return True
         expected = 1
         for size, stride in zip(reversed(self.shape), reversed(self.strides)):
             if size != 1 and stride != expected:
@@ -90,6 +95,13 @@ def read_meta(value: object, device_map, operator: str, parameter: str) -> Tenso
         device = device_map.device_of(value.device)
     except ValueError as error:
         raise OperatorError(operator, f"`{parameter}`: {error}") from None
-    shape = tuple(int(size) for size in value.shape)
-    strides = tuple(int(stride) for stride in value.stride())
+    try:
+        shape = tuple(int(size) for size in value.shape)
+        strides = tuple(int(stride) for stride in value.stride())
+    except Exception as error:  # noqa: BLE001 - reported with the parameter
+        raise OperatorError(
+            operator,
+            f"`{parameter}`: the shape and strides of {describe_value(value)} do "
+            f"not read as integers ({type(error).__name__}: {error}).",
+        ) from error
     return TensorMeta(shape, strides, name, device, value.dtype)

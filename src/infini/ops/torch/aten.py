@@ -29,7 +29,11 @@ from infini.ops.core.dtypes import UNSIGNED_INTEGER_DTYPES, dtype_name, is_integ
 from infini.ops.core.errors import OperatorError
 from infini.ops.core.manifest import load_torch_metadata
 from infini.ops.core.operator import Operator
-from infini.ops.core.schema import GENERATED_ATEN_CLASS_PREFIX, GENERATED_ATEN_SLOT
+from infini.ops.core.schema import (
+    GENERATED_ATEN_CLASS_PREFIX,
+    GENERATED_ATEN_SLOT,
+    aten_base_doc,
+)
 from infini.ops.core.signature import Overload
 from infini.ops.core.streams import stream_context
 
@@ -77,16 +81,7 @@ def __dir__() -> list[str]:
 
 
 def _make_base(public: str, info: dict) -> type:
-    entries = load_torch_metadata()["ops"]
-    schemas = sorted(
-        {f"aten::{e['aten_name']}.{e['overload_name']}" for e in _bound(info, entries)}
-    )
-    doc = (
-        f"`{public}`: PyTorch's `{schemas[0].split('.')[0][6:]}` (ATen "
-        f"{', '.join(schemas)}), called with caller-allocated outputs.\n\n"
-        "Generated from the installed torch's schema; see torch's documentation "
-        "for the semantics."
-    )
+    doc = aten_base_doc(public, load_torch_metadata())
     return type(
         info["class"],
         (Operator,),
@@ -99,10 +94,6 @@ def _make_base(public: str, info: dict) -> type:
             "defaults": {},
         },
     )
-
-
-def _bound(info: dict, entries: list) -> list[dict]:
-    return [entries[i] for i in info["bindings"] if i is not None]
 
 
 def _base_of(public: str, info: dict) -> type:
@@ -343,6 +334,12 @@ def _plan(
     # Outputs that receive a reduced (0-d) result in their first element
     # (the losses' documented `out.flatten()[0]`).
     first_element_slots = set()
+    # 0-d outputs of a reduced loss: the dry run agrees, but the real `out=`
+    # kernel first resizes `out` to the elementwise shape as scratch (which
+    # would reallocate the caller's storage), then back to 0-d. They run
+    # into a new empty tensor, which ATen resizes without a warning
+    # (docs/behaviour.md, "Loss reductions").
+    reduced_scalar_outputs = set()
     verified = expected is not None
     for name, shape in (expected or {}).items():
         actual = meta_of(name)
@@ -355,6 +352,8 @@ def _plan(
                 first_element_slots.add(slot_of(name))
             else:
                 verified = False
+        elif reduced_in_first_element and shape == ():
+            reduced_scalar_outputs.add(name)
 
     # Written tensors computed in a contiguous copy and copied out
     # afterwards: (1) ATen kernels that write wrong results through some
@@ -378,7 +377,12 @@ def _plan(
             out_meta = meta_of(out_name)
             if out_meta is None or isinstance(out_meta, list) or out_meta.numel == 0:
                 continue
-            if index_inputs or not verified or not out_meta.is_contiguous():
+            if (
+                index_inputs
+                or not verified
+                or not out_meta.is_contiguous()
+                or out_name in reduced_scalar_outputs
+            ):
                 staged.append((slot_of(out_name), out_name))
 
     body: list[str] = []
@@ -386,8 +390,12 @@ def _plan(
     if staged:
         plan.constants["_copy"] = _contiguous_copy
         body.append("_caller = t")
-        for slot, _name in staged:
-            body.append(f"t = _replace(t, {slot}, _copy(t[{slot}]))")
+        for slot, name in staged:
+            if name in reduced_scalar_outputs:
+                plan.constants["_empty"] = _empty_buffer
+                body.append(f"t = _replace(t, {slot}, _empty(t[{slot}]))")
+            else:
+                body.append(f"t = _replace(t, {slot}, _copy(t[{slot}]))")
         plan.constants["_replace"] = _replace
     if first_element_slots:
         # ATen gets a new tensor object on the same memory: it may use all
@@ -465,6 +473,12 @@ def _plan(
     else:
         plan.constants["_boxed"] = call
         call_lines = [f"_boxed({arguments})"]
+    # Staged outputs whose final shape is checked after the call.
+    checked = [
+        (slot, name)
+        for slot, name in staged
+        if not verified or name in reduced_scalar_outputs
+    ]
     if (not verified and staged) or first_element_slots:
         # ATen resizes (with a deprecation warning) a copy that has the
         # wrong shape; the check below reports it instead.
@@ -474,13 +488,12 @@ def _plan(
     if staged:
         plan.constants["_shape_mismatch"] = _shape_mismatch
         plan.constants["_public"] = public
-        for slot, name in staged:
-            if not verified:
-                body.append(f"if t[{slot}].shape != _caller[{slot}].shape:")
-                body.append(
-                    f"    raise _shape_mismatch(_public, {name!r}, "
-                    f"t[{slot}].shape, _caller[{slot}].shape)"
-                )
+        for slot, name in checked:
+            body.append(f"if t[{slot}].shape != _caller[{slot}].shape:")
+            body.append(
+                f"    raise _shape_mismatch(_public, {name!r}, "
+                f"t[{slot}].shape, _caller[{slot}].shape)"
+            )
         for slot, _ in staged:
             if slot in first_element_slots:
                 body.append(f"_first(_caller[{slot}]).copy_(_first(t[{slot}]))")
@@ -597,6 +610,11 @@ def _contiguous_copy(tensor):
     import torch
 
     return tensor.clone(memory_format=torch.contiguous_format)
+
+
+def _empty_buffer(tensor):
+    """A staging buffer with no elements, which ATen sizes silently."""
+    return tensor.new_empty(0)
 
 
 def _alias(tensor):
