@@ -1,9 +1,11 @@
 """Host time of a cached `infini.ops.add` call against `torch.add(..., out=)`.
 
 Both run on the same (13, 4) float32 CPU tensors in one process, alternating
-in rounds; the reported figure is the minimum over rounds of the mean time per
+in rounds with the class form (`infini.ops.Add(x, y, out)` built once, then
+called); the reported figure is the minimum over rounds of the mean time per
 call (the machine is shared and noisy, so the minimum is the stable number).
-Also measures `import infini.ops` after `import torch` in a fresh process.
+Also measures `import infini.ops` after `import torch` in a fresh process,
+and that plus building the surface (the first lookup of `infini.ops.add`).
 
     python benchmarks/host_overhead.py [--rounds 30] [--calls 20000] [--write]
 """
@@ -28,12 +30,13 @@ def time_calls(function, calls: int) -> float:
     return (time.perf_counter() - start) / calls
 
 
-def import_time(repeats: int = 5) -> float:
+def import_time(repeats: int = 5, lookup: bool = False) -> float:
     code = (
         "import time, torch\n"
         "start = time.perf_counter()\n"
         "import infini.ops\n"
-        "print(time.perf_counter() - start)\n"
+        + ("infini.ops.add\n" if lookup else "")
+        + "print(time.perf_counter() - start)\n"
     )
     samples = []
     for _ in range(repeats):
@@ -57,8 +60,10 @@ def main() -> None:
 
     torch.set_num_threads(1)
     x, y, out = torch.randn(13, 4), torch.randn(13, 4), torch.empty(13, 4)
+    add = infini.ops.Add(x, y, out)
     cases = {
         "infini.ops.add(x, y, out)": lambda: infini.ops.add(x, y, out),
+        "add_object(x, y, out)": lambda: add(x, y, out),
         "torch.add(x, y, out=out)": lambda: torch.add(x, y, out=out),
     }
     for function in cases.values():
@@ -68,8 +73,10 @@ def main() -> None:
         for name, function in cases.items():
             best[name] = min(best[name], time_calls(function, options.calls))
     imported = import_time()
+    surface = import_time(lookup=True)
 
     ours, theirs = best["infini.ops.add(x, y, out)"], best["torch.add(x, y, out=out)"]
+    objects = best["add_object(x, y, out)"]
     lines = [
         f"## {date.today()} on {platform.machine()}",
         "",
@@ -80,9 +87,11 @@ def main() -> None:
         "| call | µs per call |",
         "|---|---|",
         f"| `infini.ops.add` (13, 4) fp32, cached | {ours * 1e6:.2f} |",
+        f"| `Add` object called, (13, 4) fp32 | {objects * 1e6:.2f} |",
         f"| `torch.add(..., out=)` (13, 4) fp32 | {theirs * 1e6:.2f} |",
         f"| ratio ours / torch | {ours / theirs:.2f} |",
         f"| `import infini.ops` after `import torch` (ms) | {imported * 1e3:.1f} |",
+        f"| the same, then the first `infini.ops.add` (ms) | {surface * 1e3:.1f} |",
         "",
     ]
     print("\n".join(lines))

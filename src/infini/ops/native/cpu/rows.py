@@ -35,7 +35,7 @@ from infini.ops.core.geometry import AliasGuard, coalesce
 from .dtype_io import identity, loader, storer
 from .jit import helper, kernel
 from .layout import staging_like
-from .memory import STORAGE, element_array
+from .memory import STORAGE, KnownAddresses, element_array
 
 # Elements per parallel chunk, and the size below which kernels run serially
 # (waking the thread pool costs more than it saves on small tensors).
@@ -238,6 +238,17 @@ class RowLaunch:
         )
         self.padding = (0,) * padding
         self.params = tuple(params)
+        # The kernel's arguments after the addresses.
+        self.tail = (
+            self.steps,
+            *self.extent,
+            layout.cols,
+            layout.shape,
+            self.strides,
+            self.params,
+        )
+        # Operand addresses found to need no staging.
+        self.unstaged = KnownAddresses()
         self.guards = []
         for index, operand in enumerate(operands):
             if not operand.written:
@@ -254,27 +265,24 @@ class RowLaunch:
             self.guards.append((index, others, guard))
 
     def __call__(self, *tensors) -> None:
-        layout = self.layout
-        if layout.numel == 0:
+        if self.layout.numel == 0:
             return
-        addresses = [tensor.data_ptr() for tensor in tensors]
+        addresses = tuple([tensor.data_ptr() for tensor in tensors])
+        if addresses in self.unstaged:
+            self.kernel(addresses + self.padding, *self.tail)
+            return
+        targets = list(addresses)
         staged = []
         for index, others, guard in self.guards:
             if guard.needs_staging(addresses[index], [addresses[i] for i in others]):
                 buffer = staging_like(tensors[index])
                 staged.append((tensors[index], buffer))
-                addresses[index] = buffer.data_ptr()
-        self.kernel(
-            tuple(addresses) + self.padding,
-            self.steps,
-            *self.extent,
-            layout.cols,
-            layout.shape,
-            self.strides,
-            self.params,
-        )
+                targets[index] = buffer.data_ptr()
+        self.kernel(tuple(targets) + self.padding, *self.tail)
         for out, buffer in staged:
             out.copy_(buffer)
+        if not staged:
+            self.unstaged.remember(addresses)
 
 
 def trailing_strides(meta, ndim: int) -> tuple:

@@ -8,7 +8,10 @@ index), their unnormalised probabilities ``exp(logit - max)`` are summed,
 and the first token whose running sum exceeds ``u * total`` is taken. The
 rank order comes from a binary heap over the row that is popped lazily, so
 a small top-k or a peaked top-p costs about one pass over the row instead
-of a full sort; without filters no order is needed at all.
+of a full sort; without filters no order is needed at all. A row with
+``top_k == 1`` (greedy decoding) is only the first of that order, found in
+place by integer maxima over the logits' bit patterns (`greedy_bits`),
+without copying the row.
 
 Uniform numbers are counter based: ``uniform(seed, offset, row)`` hashes
 the three with SplitMix64 finalisers, so equal seeds give equal samples on
@@ -19,7 +22,6 @@ from __future__ import annotations
 
 from functools import cache
 
-import numba
 import numpy as np
 from numba import prange
 
@@ -36,8 +38,9 @@ def routine(function):
     """A compiled (not inlined) function, cached on disk: the row samplers
     are large, and compiling them once instead of inside every kernel
     specialisation keeps the cold start short. Callers pass exactly the
-    types documented on each routine, so one specialisation serves all."""
-    return numba.njit(cache=True, nogil=True)(function)
+    types documented on each routine, so one specialisation serves all.
+    Cached like the kernels (`kernel`), so a damaged entry is a miss."""
+    return kernel(function)
 
 
 def draw_seed() -> int:
@@ -112,6 +115,77 @@ def argmax_row(keys, n):
         if ranks_before(keys[i], i, keys[best], best):
             best = i
     return best
+
+
+# Logits per block of the greedy pass (`greedy_bits`).
+GREEDY_BLOCK = 1024
+# Greedy rows (every `k` is 1) run on the calling thread up to this many
+# logits in all (a decode step's few rows): the pass is one read of the row.
+GREEDY_SERIAL_LOGITS = 1 << 20
+
+
+@helper
+def ordered_key(bits, up):
+    """The float whose bit pattern is `bits` (float32, or a 16-bit float's
+    bits shifted `up` by 16) as an int32 of the same order: larger floats
+    give larger keys, -0.0 one less than +0.0, NaNs beyond the infinities
+    on their sign's side."""
+    value = np.int32(np.uint32(bits) << np.uint32(up))
+    return np.int32(value ^ ((value >> 31) & 0x7FFFFFFF))
+
+
+@helper
+def greedy_bits(bits, base, step, n, up, infinity):
+    """`argmax_row`'s choice (the first index of the largest logit, NaN
+    counting as largest) over `n` logits read as bit patterns from `bits`
+    (every `step` elements from `base`; `up` as in `ordered_key`,
+    `infinity` the shifted bits of +inf), without copying them. The largest
+    key of each `GREEDY_BLOCK` block and the largest magnitude (beyond
+    `infinity`: a NaN) are int32 maxima, which vectorise; then the first
+    position holding the largest value is searched from its block (from
+    the start when it is zero: -0.0 and +0.0 tie)."""
+    lowest = np.int32(-(1 << 31))
+    best = lowest
+    best_block = 0
+    widest = np.int32(0)
+    for start in range(0, n, GREEDY_BLOCK):
+        stop = min(start + GREEDY_BLOCK, n)
+        block_best = lowest
+        block_widest = np.int32(0)
+        for i in range(start, stop):
+            bits_i = bits[np.uint64(base + i * step)]
+            block_best = max(block_best, ordered_key(bits_i, up))
+            magnitude = np.int32((np.uint32(bits_i) << np.uint32(up)) & 0x7FFFFFFF)
+            block_widest = max(block_widest, magnitude)
+        if block_best > best:
+            best = block_best
+            best_block = start
+        widest = max(widest, block_widest)
+    if widest > infinity:
+        for i in range(n):
+            bits_i = np.uint32(bits[np.uint64(base + i * step)]) << np.uint32(up)
+            if bits_i & 0x7FFFFFFF > infinity:
+                return i
+    for i in range(0 if best == 0 else best_block, n):
+        key = ordered_key(bits[np.uint64(base + i * step)], up)
+        if key == best or (best == 0 and key == -1):
+            return i
+    return 0
+
+
+@helper
+def greedy_row(u32, u16, code, base, step, n):
+    """The greedy choice (`top_k == 1`) of a logits row of dtype `code`
+    (`REAL_CODE`), read in place; contiguous rows compile with a constant
+    step, so the passes vectorise."""
+    if code == 0:
+        if step == 1:
+            return greedy_bits(u32, base, 1, n, 0, 0x7F800000)
+        return greedy_bits(u32, base, step, n, 0, 0x7F800000)
+    infinity = 0x7C000000 if code == 1 else 0x7F800000
+    if step == 1:
+        return greedy_bits(u16, base, 1, n, 16, infinity)
+    return greedy_bits(u16, base, step, n, 16, infinity)
 
 
 @routine
@@ -299,6 +373,54 @@ def random_sample_kernel():
     return kernel(_random_sample_run)
 
 
+@routine
+def sample_rows(first, last, views, spans, vocab, steps, codes, seed, offset, joint):
+    """Samples output rows `first` to `last` (`top_k_top_p_kernels`);
+    `views` holds the operands' typed views. A row whose `k` is 1 takes
+    the greedy choice in place (`greedy_row`: what `sample_row` returns
+    then, whatever `p` and `u`); the others copy their logits into float32
+    buffers, allocated for the first of them."""
+    out32, out64, f32, u16, u32, k32, k64, p32, p64, i32, i64 = views
+    keys = np.empty(0, np.float32)
+    heap = np.empty(0, np.int32)
+    order = np.empty(0, np.int32)
+    weights = np.empty(0, np.float32)
+    for r in range(first, last):
+        source = np.int64(r)
+        if codes[3] != 0:
+            source = load_int(i32, i64, codes[3], r * steps[4])
+        k = np.int64(0)
+        if codes[1] != 0:
+            k = load_int(k32, k64, codes[1], r * steps[2])
+        if k == 1:
+            choice = greedy_row(u32, u16, codes[0], source * steps[0], steps[1], vocab)
+            store_integer(out32, out64, codes[4], r * steps[5], choice)
+            continue
+        if keys.shape[0] == 0:
+            keys = np.empty(vocab, np.float32)
+            heap = np.empty(vocab, np.int32)
+            order = np.empty(vocab, np.int32)
+            weights = np.empty(vocab, np.float32)
+        load_logits(keys, vocab, f32, u16, codes[0], source * steps[0], steps[1])
+        p = np.float64(1.0)
+        if codes[2] != 0:
+            p = load_float(p32, p64, codes[2], r * steps[3])
+        u = uniform(seed, offset, np.uint64(r))
+        choice = sample_row(keys, np.int64(vocab), k, p, u, joint, heap, order, weights)
+        store_integer(out32, out64, codes[4], r * steps[5], choice)
+
+
+@helper
+def all_greedy(k32, k64, codes, rows, step):
+    """Whether every output row's `k` is 1."""
+    if codes[1] == 0:
+        return False
+    for r in range(rows):
+        if load_int(k32, k64, codes[1], r * step) != 1:
+            return False
+    return True
+
+
 def _top_k_top_p_run(
     out_address,
     logits_address,
@@ -319,45 +441,39 @@ def _top_k_top_p_run(
     out64 = element_array(out_address, spans[0], np.int64)
     f32 = element_array(logits_address, spans[1], np.float32)
     u16 = element_array(logits_address, spans[1], np.uint16)
+    u32 = element_array(logits_address, spans[1], np.uint32)
     k32 = element_array(k_address, spans[2], np.int32)
     k64 = element_array(k_address, spans[2], np.int64)
     p32 = element_array(p_address, spans[3], np.float32)
     p64 = element_array(p_address, spans[3], np.float64)
     i32 = element_array(index_address, spans[4], np.int32)
     i64 = element_array(index_address, spans[4], np.int64)
-    for chunk in prange(chunks):
-        first = chunk * rows // chunks
-        last = (chunk + 1) * rows // chunks
-        keys = np.empty(vocab, np.float32)
-        heap = np.empty(vocab, np.int32)
-        order = np.empty(vocab, np.int32)
-        weights = np.empty(vocab, np.float32)
-        for r in range(first, last):
-            source = np.int64(r)
-            if codes[3] != 0:
-                source = load_int(i32, i64, codes[3], r * steps[4])
-            load_logits(keys, vocab, f32, u16, codes[0], source * steps[0], steps[1])
-            k = np.int64(0)
-            if codes[1] != 0:
-                k = load_int(k32, k64, codes[1], r * steps[2])
-            p = np.float64(1.0)
-            if codes[2] != 0:
-                p = load_float(p32, p64, codes[2], r * steps[3])
-            u = uniform(seed, offset, np.uint64(r))
-            choice = sample_row(
-                keys, np.int64(vocab), k, p, u, joint, heap, order, weights
+    views = (out32, out64, f32, u16, u32, k32, k64, p32, p64, i32, i64)
+    if chunks > 1 and not (
+        rows * vocab <= GREEDY_SERIAL_LOGITS
+        and all_greedy(k32, k64, codes, rows, steps[2])
+    ):
+        for chunk in prange(chunks):
+            first = chunk * rows // chunks
+            last = (chunk + 1) * rows // chunks
+            sample_rows(
+                first, last, views, spans, vocab, steps, codes, seed, offset, joint
             )
-            store_integer(out32, out64, codes[4], r * steps[5], choice)
+    else:
+        # One chunk, or greedy rows few enough for the calling thread.
+        sample_rows(0, rows, views, spans, vocab, steps, codes, seed, offset, joint)
 
 
 @cache
 def top_k_top_p_kernels():
     """Serial and parallel kernels sampling one token per output row with
-    `sample_row`; output row `r` reads logits row ``indices[r]`` (or `r`),
+    `sample_rows`; output row `r` reads logits row ``indices[r]`` (or `r`),
     ``k[r]`` and ``p[r]`` (steps may be 0 to broadcast one value) and the
     uniform number ``uniform(seed, offset, r)``. `codes` holds the
     `REAL_CODE` of the logits and the `INTEGER_CODE` / `FLOAT_CODE` of `k`,
-    `p`, `indices` and `out` (0: absent)."""
+    `p`, `indices` and `out` (0: absent). The parallel kernel runs its
+    chunks on the pool, except greedy rows of at most `GREEDY_SERIAL_LOGITS`
+    logits in all, which it runs on the calling thread."""
     return kernel(_top_k_top_p_run), kernel(_top_k_top_p_run, parallel=True)
 
 
