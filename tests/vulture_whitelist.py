@@ -68,4 +68,10 @@ _ = [
     # PEP 562 module attributes (`torch/aten.py` builds its classes on demand).
     used.__getattr__,
     used.__dir__,
+    # `inspect.signature` reads it on the public functions and classes
+    # (core/docs.py).
+    used.__signature__,
+    # inspect.Parameter's name, set for ATen names that are Python keywords
+    # (core/docs.py).
+    used._name,
 ]
