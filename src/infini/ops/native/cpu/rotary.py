@@ -83,10 +83,7 @@ def rotary_kernels(
     The serial kernel runs every token on the calling thread (one chunk:
     small work, where waking the pool costs more than it saves, and on a
     busy machine a scheduler time slice); the parallel one runs the plan's
-    chunks on the pool. Both call the same separately compiled body
-    (`rotary_body`) per chunk: compiled apart, it vectorises its pair loops
-    as the outlined `prange` body did, where the same loops inlined into a
-    serial kernel stayed scalar for 16-bit data."""
+    chunks on the pool. Both call the same body (`rotary_body`) per chunk."""
     body = rotary_body(data_dtype, table_dtype, neox, unit_step)
     data_storage = STORAGE[data_dtype]
     table_storage = STORAGE[table_dtype]
@@ -144,6 +141,12 @@ def rotary_body(data_dtype: str, table_dtype: str, neox: bool, unit_step: bool):
         rot_offset, half = plan[ROT_OFFSET], plan[HALF]
         cos_buffer = np.empty(half, np.float32)
         sin_buffer = np.empty(half, np.float32)
+        # One head's pairs, widened: reading them all before writing any
+        # keeps the in-place case right, and loops that only convert, or
+        # only compute and convert back, vectorise for 16-bit data where
+        # one loop doing both stays scalar.
+        first_values = np.empty(half, np.float32)
+        second_values = np.empty(half, np.float32)
         for token in range(first, last):
             b = token // seq
             s = token - b * seq
@@ -157,31 +160,30 @@ def rotary_body(data_dtype: str, table_dtype: str, neox: bool, unit_step: bool):
                 )
             src_token = b * src_b + s * src_s + rot_offset * src_e
             dst_token = b * dst_b + s * dst_s + rot_offset * dst_e
+            # NeoX pairs element i with i + half; GPT-J pairs 2i with 2i + 1.
+            src_pair = half * src_e if neox else src_e
+            dst_pair = half * dst_e if neox else dst_e
+            src_step = src_e if neox else 2 * src_e
+            dst_step = dst_e if neox else 2 * dst_e
             for h in range(heads):
                 src_base = src_token + h * src_h
                 dst_base = dst_token + h * dst_h
                 # Unsigned indices: Numba then skips its negative-index
                 # wraparound, which would keep these loops scalar.
-                if neox:
-                    src_second = src_base + half * src_e
-                    dst_second = dst_base + half * dst_e
-                    for i in range(half):
-                        x = np.float32(load(src, np.uint64(src_base + i * src_e)))
-                        y = np.float32(load(src, np.uint64(src_second + i * src_e)))
-                        c = cos_buffer[np.uint64(i)]
-                        n = sin_buffer[np.uint64(i)]
-                        store(dst, np.uint64(dst_base + i * dst_e), x * c - y * n)
-                        store(dst, np.uint64(dst_second + i * dst_e), y * c + x * n)
-                else:
-                    for i in range(half):
-                        first_src = np.uint64(src_base + 2 * i * src_e)
-                        first_dst = np.uint64(dst_base + 2 * i * dst_e)
-                        x = np.float32(load(src, first_src))
-                        y = np.float32(load(src, first_src + np.uint64(src_e)))
-                        c = cos_buffer[np.uint64(i)]
-                        n = sin_buffer[np.uint64(i)]
-                        store(dst, first_dst, x * c - y * n)
-                        store(dst, first_dst + np.uint64(dst_e), y * c + x * n)
+                for i in range(half):
+                    at = np.uint64(src_base + i * src_step)
+                    first_values[np.uint64(i)] = np.float32(load(src, at))
+                    second_values[np.uint64(i)] = np.float32(
+                        load(src, at + np.uint64(src_pair))
+                    )
+                for i in range(half):
+                    x = first_values[np.uint64(i)]
+                    y = second_values[np.uint64(i)]
+                    c = cos_buffer[np.uint64(i)]
+                    n = sin_buffer[np.uint64(i)]
+                    at = np.uint64(dst_base + i * dst_step)
+                    store(dst, at, x * c - y * n)
+                    store(dst, at + np.uint64(dst_pair), y * c + x * n)
 
     rotate.__qualname__ += f"[{data_dtype},{table_dtype},{neox},{unit_step}]"
     return kernel(rotate, fastmath={"contract"})
