@@ -281,6 +281,41 @@ _METADATA = {
 }
 
 
+def _elf(kernel_name: str) -> bytes:
+    """A small whole 64-bit ELF file holding `kernel_name`: the header, one
+    section with the name, and the section table (a null entry and that
+    section) at the end, where a cubin has it."""
+    body = kernel_name.encode().ljust(64, b"\0")
+    table = 64 + len(body)
+    header = bytearray(64)
+    header[:7] = b"\x7fELF\x02\x01\x01"
+    header[0x10:0x14] = (2).to_bytes(2, "little") + (190).to_bytes(2, "little")
+    header[0x28:0x30] = table.to_bytes(8, "little")
+    header[0x34:0x36] = (64).to_bytes(2, "little")
+    header[0x3A:0x3E] = (64).to_bytes(2, "little") + (2).to_bytes(2, "little")
+    section = bytearray(64)
+    section[4:8] = (1).to_bytes(4, "little")  # SHT_PROGBITS
+    section[24:40] = (64).to_bytes(8, "little") + len(body).to_bytes(8, "little")
+    return bytes(header) + body + bytes(64) + bytes(section)
+
+
+_BINARY = _elf("add_kernel")
+
+
+def test_binary_problem_finds_truncated_foreign_and_garbage_binaries():
+    from infini.ops.runtime.cache import binary_problem
+
+    assert binary_problem(_BINARY, "cubin", "add_kernel") is None
+    assert binary_problem(b"", "cubin", "add_kernel") == "empty"
+    for size in (10, 64, len(_BINARY) // 2, len(_BINARY) - 1):
+        problem = binary_problem(_BINARY[:size], "cubin", "add_kernel")
+        assert problem is not None and ("truncated" in problem or "ELF" in problem)
+    assert "another kernel" in binary_problem(_elf("mul_kernel"), "cubin", "add_kernel")
+    assert "ELF" in binary_problem(os.urandom(len(_BINARY)), "cubin", "add_kernel")
+    # Binaries of other backends are opaque: only an empty one is known damaged.
+    assert binary_problem(b"anything", "bin", "add_kernel") is None
+
+
 def _read_in_child(code: str, directory: Path) -> str:
     """Runs `code` (which prints a result) in an unprivileged child
     (`_unprivileged`); returns its output's last line, then its stderr."""
@@ -314,16 +349,16 @@ def test_a_damaged_triton_cache_file_is_a_miss(triton_cache, caplog, kind, way):
     from infini.ops.triton.jit import cache
 
     json_path, binary_path = cache.write_kernel_artifact(
-        _IDENTITY, _METADATA, "cubin", b"\x7fELF binary"
+        _IDENTITY, _METADATA, "cubin", _BINARY
     )
     config = CompileConfig(4, 3, (("BLOCK", 128),))
     autotune_path = cache.write_auto_tuning_config(_IDENTITY, config)
     path = {"json": json_path, "cubin": binary_path, "autotune": autotune_path}[kind]
-    if kind == "cubin" and way in ("truncated", "garbage", "other_version"):
-        # A binary is opaque bytes: only an empty one is known damaged.
-        path.write_bytes(b"")
-    else:
-        _damage(path, way)
+    donor = None
+    if kind == "cubin":
+        donor = path.with_name("donor.cubin")
+        donor.write_bytes(_elf("mul_kernel"))
+    _damage(path, way, donor)
     reader = "read_auto_tuning_config" if kind == "autotune" else "read_kernel_artifact"
     code = (
         "from infini.ops.triton.jit import cache\n"
@@ -343,10 +378,10 @@ def test_a_damaged_triton_cache_file_is_a_miss(triton_cache, caplog, kind, way):
         cache.write_auto_tuning_config(_IDENTITY, config)
         assert cache.read_auto_tuning_config(_IDENTITY) == config
     else:
-        cache.write_kernel_artifact(_IDENTITY, _METADATA, "cubin", b"\x7fELF binary")
+        cache.write_kernel_artifact(_IDENTITY, _METADATA, "cubin", _BINARY)
         record, _, read_binary = cache.read_kernel_artifact(_IDENTITY)
         assert record["name"] == "add_kernel"
-        assert read_binary.read_bytes() == b"\x7fELF binary"
+        assert read_binary.read_bytes() == _BINARY
     assert not list(triton_cache.glob("*.tmp"))
 
 
@@ -390,3 +425,98 @@ def test_a_damaged_ninetoothed_source_is_a_miss(triton_cache, caplog, way):
     assert len(warnings) == 1 and str(path) in warnings[0], warnings
     write_atomically(path, text.encode())
     assert cache.read_generated_header(path, fingerprint)["kernel"] == "add_kernel"
+
+
+# Triton's own compile cache (`TRITON_CACHE_DIR`), which every compile of a
+# CUDA-like kernel goes through: compiled here for sm_90, as a GPU run does.
+
+# Compiles the `add` JIT kernel for sm_90 with `BLOCK_SIZE` from the
+# environment and prints its cubin's SHA-256 and its Triton cache entry.
+_TRITON_COMPILE = """
+import hashlib, os, pathlib
+from triton.backends.compiler import GPUTarget
+from infini.ops.runtime.triton import ast_source, compile_source
+from infini.ops.triton.ops.add.jit import kernel
+from tests.sm90 import meta
+block = int(os.environ.get("TEST_BLOCK_SIZE", "256"))
+arguments = (meta((1024,)), meta((1024,)), meta((1024,)), 1024)
+source = ast_source(kernel, arguments, {"BLOCK_SIZE": block}, True)
+compiled = compile_source(source, GPUTarget("cuda", 90, 32), {"num_warps": 4})
+entry = pathlib.Path(next(iter(compiled.metadata_group.values()))).parent
+print(hashlib.sha256(compiled.asm["cubin"]).hexdigest() + " " + str(entry))
+"""
+
+
+def _compile_add(triton_own: Path, *, block=256, unprivileged=False):
+    """(cubin SHA-256, cache entry, damage warnings) of `_TRITON_COMPILE` in a
+    child process with Triton's cache in `triton_own`."""
+    environment = {
+        **os.environ,
+        "TRITON_CACHE_DIR": str(triton_own),
+        "TEST_BLOCK_SIZE": str(block),
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1])] + sys.path),
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", _TRITON_COMPILE],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        preexec_fn=_unprivileged if unprivileged else None,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    digest, entry = result.stdout.strip().splitlines()[-1].split(" ", 1)
+    return digest, Path(entry), _warnings(result.stderr)
+
+
+@pytest.fixture(scope="module")
+def triton_own_cache(tmp_path_factory):
+    """Triton's cache holding the `add` kernel at two block sizes: (the
+    directory, the cubin's SHA-256, its entry, the other block size's entry)."""
+    from infini.ops.core.devices import TRITON_INTERPRETER
+
+    if TRITON_INTERPRETER:
+        pytest.skip("compiles real kernels: runs without INFINI_OPS_TRITON_INTERPRET")
+    pytest.importorskip("triton")
+    directory = tmp_path_factory.mktemp("triton-own") / "cache"
+    digest, entry, warnings = _compile_add(directory)
+    _, other_entry, _ = _compile_add(directory, block=512)
+    assert not warnings and entry != other_entry
+    return directory, digest, entry, other_entry
+
+
+@pytest.mark.parametrize("way", WAYS)
+@pytest.mark.parametrize("kind", ["metadata", "cubin", "group"])
+def test_a_damaged_entry_of_tritons_own_cache_is_a_miss(
+    triton_own_cache, tmp_path, kind, way
+):
+    """Triton reads a cache hit's files unchecked; `compile_source` checks
+    them, compiles a damaged entry again (which replaces its files) and
+    warns once, naming the entry."""
+    filled, digest, entry, other_entry = triton_own_cache
+    cache = tmp_path / "cache"
+    shutil.copytree(filled, cache)
+    for group in cache.glob("*/__grp__*"):  # Its paths are absolute.
+        group.write_text(group.read_text().replace(str(filled), str(cache)))
+    entry, other_entry = cache / entry.name, cache / other_entry.name
+    name = {"metadata": "kernel.json", "cubin": "kernel.cubin"}.get(
+        kind, "__grp__kernel.json"
+    )
+    path, donor = entry / name, other_entry / name
+    if kind == "cubin":
+        donor.write_bytes(_elf("mul_kernel"))  # Another kernel's binary.
+    # Otherwise the other block size's file: its metadata, or its group, which
+    # names its files, names another hash.
+    _damage(path, way, donor)
+    again, rebuilt, warnings = _compile_add(
+        cache, unprivileged=_needs_unprivileged(way)
+    )
+    assert again == digest and rebuilt == entry
+    if kind == "group" and way != "other_version":
+        # Triton itself treats a group file it cannot parse as a silent miss.
+        assert not warnings, warnings
+    else:
+        assert len(warnings) == 1 and str(entry) in warnings[0], warnings
+    # The entry was replaced: the next compile reads it, silently.
+    path.chmod(0o644)
+    assert _compile_add(cache) == (digest, entry, [])

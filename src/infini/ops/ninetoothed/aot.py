@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infini.ops.runtime.cache import write_atomically
-from infini.ops.runtime.triton import TRITON_TYPE, ast_source
+from infini.ops.runtime.triton import TRITON_TYPE, ast_source, compile_source
 
 from .generation import KernelSource, load_source, write_source
 
@@ -429,7 +429,6 @@ def generate(
 
 
 def _compile(output_dir: Path, variant: Variant, plan: Plan, header, arch) -> dict:
-    import triton
     from triton.backends.compiler import GPUTarget
 
     module = load_source(
@@ -441,10 +440,10 @@ def _compile(output_dir: Path, variant: Variant, plan: Plan, header, arch) -> di
     )
     arguments, _, constexprs = kernel.arguments(plan.operands)
     source = ast_source(function, arguments, constexprs, True)
-    compiled = triton.compile(
+    compiled = compile_source(
         source,
-        target=GPUTarget("cuda", arch, 32),
-        options={"num_warps": plan.num_warps, "num_stages": plan.num_stages},
+        GPUTarget("cuda", arch, 32),
+        {"num_warps": plan.num_warps, "num_stages": plan.num_stages},
     )
     cubin = compiled.asm["cubin"]
     write_atomically(output_dir / f"{variant.name}.cubin", cubin)

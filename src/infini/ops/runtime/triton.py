@@ -43,12 +43,15 @@ from __future__ import annotations
 
 import inspect
 from functools import cache
+from pathlib import Path
 
+from infini.ops.core.cache_faults import report_damaged_entry
 from infini.ops.core.devices import TORCH_DEVICE_TYPE_OF_PLATFORM, TRITON_INTERPRETER
 from infini.ops.core.errors import OperatorError
 from infini.ops.core.geometry import AliasGuard
 from infini.ops.core.streams import stream_context
 from infini.ops.core.tensor import TensorMeta
+from infini.ops.runtime.cache import binary_problem
 
 INTERPRETER = TRITON_INTERPRETER
 
@@ -242,18 +245,60 @@ def _torch_device_guard(device):
 def compile_for_device(fn, arguments, constexprs, options, aligned, device):
     """Compiles for the GPU behind `device` (NVIDIA only); returns Triton's
     `CompiledKernel` with its module loaded on that device."""
-    triton = triton_module()
+    triton_module()  # Reports a missing Triton with the fix.
     from triton.runtime import driver
 
     with _torch_device_guard(device):
         target = driver.active.get_current_target()
-        compiled = triton.compile(
-            ast_source(fn, arguments, constexprs, aligned),
-            target=target,
-            options=options,
+        compiled = compile_source(
+            ast_source(fn, arguments, constexprs, aligned), target, options
         )
         compiled._init_handles()
     return compiled
+
+
+def compile_source(source, target, options: dict):
+    """`triton.compile(source, target=target, options=options)`, with
+    Triton's own compile cache (``TRITON_CACHE_DIR``, else
+    ``~/.triton/cache``) treated like InfiniOps' caches (docs/behaviour.md,
+    "Damaged cache entries"): Triton reads a cache hit's files unchecked, so
+    a damaged entry (a metadata file that does not parse or names another
+    hash, a truncated or foreign binary) would fail the compile or load a
+    broken binary. Such an entry is reported once and compiled again, which
+    replaces its files. Compilation errors propagate."""
+    triton = triton_module()
+    from triton.compiler.errors import CompilationError
+    from triton.runtime.errors import OutOfResources
+
+    try:
+        compiled = triton.compile(source, target=target, options=options)
+    except (CompilationError, OutOfResources):
+        raise
+    except Exception as error:  # noqa: BLE001 - a damaged hit fails in many ways
+        damage = error
+    else:
+        damage = _compiled_problem(compiled)
+        if damage is None:
+            return compiled
+    from triton import knobs
+
+    # `always_compile` skips the cache read; the compile writes the entry anew.
+    with knobs.compilation.scope():
+        knobs.compilation.always_compile = True
+        compiled = triton.compile(source, target=target, options=options)
+    entry = Path(next(iter(compiled.metadata_group.values()))).parent
+    report_damaged_entry(entry, damage)
+    return compiled
+
+
+def _compiled_problem(compiled) -> str | None:
+    """What makes a `CompiledKernel` read from Triton's cache unusable, or `None`."""
+    from triton.compiler.compiler import make_backend
+
+    if getattr(compiled.metadata, "hash", compiled.hash) != compiled.hash:
+        return "its metadata names another kernel's hash"
+    binary_ext = make_backend(compiled.metadata.target).binary_ext
+    return binary_problem(compiled.asm.get(binary_ext, b""), binary_ext, compiled.name)
 
 
 def uses_direct_launch(device) -> bool:

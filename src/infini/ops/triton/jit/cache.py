@@ -8,8 +8,9 @@ infiniops/triton``, ``$HOME/.cache/infiniops/triton``), else
 Each entry is named by the FNV-1a 64-bit hash of its identity (16 hex
 digits); the identity is stored inside, so a hash collision or a stale entry
 (another Triton version or kernel source, which change the identity) is
-rejected on read, like a corrupt one. Files are written to a temporary name
-and moved into place, so readers never see half a file. A file that exists
+rejected on read, like a corrupt one, and so is a binary that is empty,
+truncated or another kernel's (`binary_problem`). Files are written to a
+temporary name and moved into place, so readers never see half a file. A file that exists
 but is rejected is reported once (`report_damaged_entry`, docs/behaviour.md,
 "Damaged cache entries"); the caller compiles and writes the entry again.
 
@@ -26,8 +27,8 @@ from pathlib import Path
 
 from infini.ops.core.cache_faults import report_damaged_entry
 from infini.ops.core.config import CompileConfig
+from infini.ops.runtime.cache import binary_problem, write_atomically
 from infini.ops.runtime.cache import triton_cache_directory as cache_directory
-from infini.ops.runtime.cache import write_atomically
 
 _INT32 = range(-(2**31), 2**31)
 
@@ -79,14 +80,16 @@ def read_kernel_artifact(identity_text: str) -> tuple[dict, Path, Path] | None:
     if problem is not None:
         report_damaged_entry(json_path, problem)
         return None
-    binary_path = json_path.with_suffix(f".{record['binary_ext']}")
+    binary_ext = record["binary_ext"]
+    binary_path = json_path.with_suffix(f".{binary_ext}")
     try:
-        with open(binary_path, "rb") as file:
-            if not file.read(1):
-                report_damaged_entry(binary_path, "empty")
-                return None
+        binary = binary_path.read_bytes()
     except OSError as error:
         report_damaged_entry(binary_path, error)
+        return None
+    problem = binary_problem(binary, binary_ext, record["name"])
+    if problem is not None:
+        report_damaged_entry(binary_path, problem)
         return None
     return record, json_path, binary_path
 

@@ -21,6 +21,7 @@ from infini.ops.core.config import CompileConfig
 from infini.ops.runtime.triton import (
     INTERPRETER,
     ast_source,
+    compile_source,
     kernel_parameters,
     python_function,
     triton_module,
@@ -259,10 +260,10 @@ def compile_kernel(
         }
         compiled = CompiledKernel(source, group, identity_text)
     else:
-        compiled = triton_module().compile(
+        compiled = compile_source(
             source,
-            target=target,
-            options={"num_warps": config.num_warps, "num_stages": config.num_stages},
+            target,
+            {"num_warps": config.num_warps, "num_stages": config.num_stages},
         )
         metadata = compiled.metadata
         if metadata.global_scratch_size or metadata.profile_scratch_size:
