@@ -26,6 +26,9 @@ CASES = (
     ((2, 1, 4097), (3, 4097), None, None, None, False),
     ((0, 64), (32, 64), None, None, None, False),
     ((2, 20, 70), (50, 70), None, (1, 50), (1400, 70, 1), False),
+    # More rows than the narrow-weight kernel takes (a prefill's products).
+    ((48, 96), (80, 96), None, None, None, False),
+    ((40, 64), (24, 64), (1, 40), None, (30, 1), False),
 )
 
 
@@ -86,6 +89,42 @@ def test_linear(
         rtol=rtol,
         atol=atol,
     )
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("native", [False, True], ids=["widened", "sixteen_bit"])
+@pytest.mark.parametrize("layout", ["contiguous", "strided", "out_is_input"])
+def test_linear_sixteen_bit_prefill_rows_at_slot_0(monkeypatch, dtype, native, layout):
+    """A prefill's 16-bit product (more rows than the narrow-weight kernel
+    takes) gives the float64 result rounded once, whether it widens the
+    operands to float32 (a CPU without 16-bit matrix instructions) or runs
+    torch's 16-bit matmul on them as they are (a CPU with them: forced here
+    on any CPU), into a contiguous, a padded or an aliased output."""
+    if 0 not in infini.ops.Linear.active_implementation_indices("cpu"):
+        pytest.skip("this build has no CPU linear at slot 0")
+    from infini.ops.native.cpu import blas
+
+    monkeypatch.setattr(blas, "has_sixteen_bit_instructions", lambda _: native)
+    infini.ops.Linear.clear_cache()
+    _, rtol, atol = next(d for d in DTYPES if d[0] == dtype)
+    generator = torch.Generator().manual_seed(22)
+    weight = torch.randn(64, 80, generator=generator).to(dtype)
+    if layout == "out_is_input":
+        # `out` is `input`'s own memory: its rows are read before written.
+        storage = torch.randn(48, 80, generator=generator).to(dtype)
+        input, out = storage, storage[:, :64]
+    elif layout == "strided":
+        input = torch.randn(80, 48, generator=generator).to(dtype).t()
+        out = torch.empty(48, 70, dtype=dtype)[:, :64]
+    else:
+        input = torch.randn(48, 80, generator=generator).to(dtype)
+        out = torch.empty(48, 64, dtype=dtype)
+    expected = (input.double() @ weight.double().T).to(dtype)
+    try:
+        infini.ops.linear(input, weight, None, out, implementation_index=0)
+    finally:
+        infini.ops.Linear.clear_cache()
+    torch.testing.assert_close(out.double(), expected.double(), rtol=rtol, atol=atol)
 
 
 def test_linear_float64(device, implementation_index):

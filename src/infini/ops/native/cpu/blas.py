@@ -6,7 +6,11 @@ Operands arrive as data addresses with shapes and strides (in elements);
 copy, keeping every stride (stride-0 broadcasts and transposes included).
 `MatmulPlan` then runs ``out = alpha * (a @ b) + bias`` in float32 (float64
 for float64 tensors): 16-bit floats are widened first and the result is
-rounded back once, to nearest even. The product goes straight into the
+rounded back once, to nearest even. On a CPU with 16-bit matrix
+instructions (`has_sixteen_bit_instructions`), a 16-bit product without
+scale or bias that the narrow-weight kernel does not take runs torch's own
+16-bit matmul instead (float32 accumulation, rounded once), which reads the
+weight as it is. The product goes straight into the
 caller's output when that is safe (a float32/float64 output that overlaps no
 input and that BLAS can write); otherwise into a buffer that is copied into
 the output afterwards, so an output may alias its inputs.
@@ -187,6 +191,23 @@ def narrow_weight_kernel(dtype: str):
     return _narrow_weight_rows(widen)
 
 
+@cache
+def has_sixteen_bit_instructions(dtype: str) -> bool:
+    """Whether this CPU multiplies `dtype` ("bfloat16" or "float16")
+    matrices natively: AVX-512 BF16/FP16 or AMX (as torch detects them)."""
+    import torch
+
+    try:
+        capability = torch._C._cpu._get_cpu_capability()
+    except (AttributeError, RuntimeError):  # Another torch: assume not.
+        return False
+    names = {
+        "bfloat16": ("avx512_bf16", "amx_bf16"),
+        "float16": ("avx512_fp16", "amx_fp16"),
+    }[dtype]
+    return any(capability.get(name) for name in names)
+
+
 def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     """``out[...] = a @ b`` (NumPy's matmul semantics, float32 or float64)
     through the BLAS torch links (MKL/oneDNN) rather than NumPy's OpenBLAS.
@@ -208,7 +229,14 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         return
     import torch
 
-    first, second, target = (torch.from_numpy(x) for x in (a, b, out))
+    tensor_matmul_into(*(torch.from_numpy(x) for x in (a, b, out)))
+
+
+def tensor_matmul_into(first, second, target) -> None:
+    """``target[...] = first @ second`` for torch tensors of at least two
+    dimensions over the caller's memory (`matmul_into`'s layouts)."""
+    import torch
+
     # torch resizes an `out` whose shape is not the product's (a batch of 1,
     # or a 2-D operand, shared by every batch of `out`) instead of
     # broadcasting into it: broadcast the operands to `out`'s batch first.
@@ -305,6 +333,24 @@ class MatmulPlan:
             and b.strides[0] == 1
             and not self.reduction_empty
         )
+        # On a CPU with 16-bit matrix instructions, other 16-bit products (a
+        # prefill's rows) run torch's 16-bit matmul (oneDNN on those
+        # instructions, float32 accumulation, one rounding) on the operands
+        # as they are, instead of widening the weight to float32 on every
+        # call. Without them, oneDNN emulates and widening is several times
+        # faster (AVX2 only: bfloat16 prefill at 0.16x float32). A scale or
+        # a bias would be a second rounding there: those widen.
+        self.sixteen_bit = (
+            narrow
+            and has_sixteen_bit_instructions(out.dtype)
+            and a.dtype == b.dtype == out.dtype
+            and alpha == 1.0
+            and bias is None
+            and len(a.shape) >= 2
+            and len(b.shape) >= 2
+            and not self.narrow_weight
+            and not self.reduction_empty
+        )
 
     def run(self, a_address: int, b_address: int, out_address: int, bias_address=0):
         if self.numel == 0:
@@ -312,6 +358,9 @@ class MatmulPlan:
         out_view = self.out
         if self.reduction_empty:
             result = np.zeros(out_view.shape, self.compute)
+        elif self.sixteen_bit:
+            self._run_sixteen_bit(a_address, b_address, out_address)
+            return
         elif self.narrow_weight:
             a = np.ascontiguousarray(self.a.load(a_address, self.compute))
             weight_bits = self.b.raw(b_address).T
@@ -331,10 +380,38 @@ class MatmulPlan:
                 matmul_into(a, b, target)
                 self._finish(target, bias_address)
                 return
-            # `asarray`: a 1-D by 1-D product is a NumPy scalar.
-            result = np.asarray(np.matmul(a, b))
+            if a.ndim >= 2 and b.ndim >= 2:
+                # torch's BLAS, not NumPy's OpenBLAS (see `matmul_into`).
+                result = np.empty(out_view.shape, self.compute)
+                matmul_into(a, b, result)
+            else:
+                # `asarray`: a 1-D by 1-D product is a NumPy scalar.
+                result = np.asarray(np.matmul(a, b))
         self._finish(result, bias_address)
         store(out_view, out_address, result)
+
+    def _run_sixteen_bit(self, a_address: int, b_address: int, out_address: int):
+        import torch
+
+        dtype = getattr(torch, self.out.dtype)
+
+        def tensor(view: HostView, address: int):
+            # bfloat16 memory is viewed as `uint16` bits, float16 as itself.
+            return torch.from_numpy(view.raw(address)).view(dtype)
+
+        first, second = tensor(self.a, a_address), tensor(self.b, b_address)
+        if _blas_writable(self.out) and not any(
+            self.out.overlaps(out_address, view, address)
+            for view, address in ((self.a, a_address), (self.b, b_address))
+        ):
+            tensor_matmul_into(first, second, tensor(self.out, out_address))
+        else:
+            # An output that overlaps an input, or that BLAS cannot write
+            # row by row: the product is staged.
+            target = tensor(self.out, out_address)
+            staged = torch.empty(target.shape, dtype=dtype)
+            tensor_matmul_into(first, second, staged)
+            target.copy_(staged)
 
     def _finish(self, result: np.ndarray, bias_address: int) -> None:
         if self.alpha != 1.0:
