@@ -10,7 +10,10 @@ it measures, alternating the runners on each configuration:
   prompts of 16 and 512 tokens;
 - prefill tokens/s of one 512-token prompt;
 - decode GB/s of weights read (batch 1: every weight once per token), next
-  to the machine's read bandwidth (a large `torch.sum`).
+  to the machine's read bandwidth (a large `torch.sum`);
+- where a batch-1 decode step goes: µs per token of each operator family
+  (every `infini.ops` call of the runner timed), the rest of the step, and
+  the products' GB/s of weights.
 
 The runners: ours (`DecoderModel` + `Scheduler`, every step `infini.ops`
 calls); "torch eager" (Llama models only), the same forward pass written
@@ -18,13 +21,14 @@ with plain PyTorch
 operators (`torch.nn.functional.linear`, `F.scaled_dot_product_attention`,
 elementwise tensor arithmetic) over a dense per-sequence KV cache, reading
 the very same weight tensors (for q4: the float32 weights dequantised from
-the same blocks); transformers' eager `generate` (decode time = the time of
-`1 + steps` new tokens minus that of 1); and, with `--llama-python`,
+the same blocks); transformers' eager forward pass with its own KV cache
+(the prompt in one call, then one greedy token per step, timed directly);
+and, with `--llama-python`,
 llama.cpp on the same file and threads (`benchmarks/llama_cpp_speed.py`, run by
 that interpreter, which has `llama-cpp-python`).
 
     python benchmarks/model.py [--model gemma3] [--threads 1] [--steps 16]
-        [--hf-steps 4] [--dtypes float32,bfloat16,q4] [--no-transformers]
+        [--hf-steps 8] [--dtypes float32,bfloat16,q4] [--no-transformers]
         [--llama-python PATH] [--write]
 
 `--write` replaces this model's section of `benchmarks/results/model.md`
@@ -57,7 +61,9 @@ def parse_arguments():
     parser.add_argument("--model", choices=sorted(MODELS), default="smollm2")
     parser.add_argument("--threads", type=int, help="default: all cores")
     parser.add_argument("--steps", type=int, default=16, help="decode steps timed")
-    parser.add_argument("--hf-steps", type=int, default=4)
+    parser.add_argument(
+        "--hf-steps", type=int, default=8, help="transformers' decode steps timed"
+    )
     parser.add_argument("--dtypes", default="float32,bfloat16,q4")
     parser.add_argument(
         "--llama-python", help="a Python with llama-cpp-python, for its column"
@@ -107,7 +113,7 @@ class TorchEagerLlama:
         self.keys = [torch.zeros(shape, dtype=ours.dtype) for _ in ours.layers]
         self.values = [torch.zeros(shape, dtype=ours.dtype) for _ in ours.layers]
         half = config.head_dim // 2
-        table = ours.cos_sin_cache
+        table = ours.layers[0].cos_sin  # One rotary base in a Llama model.
         self.cos = torch.cat((table[:, :half], table[:, :half]), -1)
         self.sin = torch.cat((table[:, half:], table[:, half:]), -1)
 
@@ -236,26 +242,177 @@ def measure_torch(model: LlamaModel, batch, prompt_len, steps, rng):
 
 
 def measure_transformers(reference, batch, prompt_len, steps, rng, vocab):
+    """(prefill seconds, decode tokens/s) of transformers' eager forward
+    pass with its own KV cache: the prompts in one call, then `steps` greedy
+    steps of one token per sequence, each timed directly. (Timing `generate`
+    for 1 and for ``1 + steps`` tokens and taking the difference drowned a
+    few decode steps in the noise of two long prefills: at prompt 512 x
+    batch 8 the difference came out negative, a rate of 3.2e10 tokens/s.)"""
     ids = torch.from_numpy(rng.integers(3, vocab, (batch, prompt_len)))
-    options = dict(do_sample=False, pad_token_id=0, eos_token_id=None)
     shape = f"{reference.dtype}, prompt {prompt_len} x batch {batch}"
-    outputs = {}
+    state = {}
 
-    def generate(tokens):
-        outputs[tokens] = reference.generate(
-            ids, max_new_tokens=tokens, min_new_tokens=tokens, **options
-        )
+    def prefill():
+        output = reference(input_ids=ids, use_cache=True)
+        state["cache"] = output.past_key_values
+        state["token"] = output.logits[:, -1].argmax(-1, keepdim=True)
+
+    def decode():
+        for _ in range(steps):
+            output = reference(
+                input_ids=state["token"],
+                past_key_values=state["cache"],
+                use_cache=True,
+            )
+            state["cache"] = output.past_key_values
+            state["token"] = output.logits[:, -1].argmax(-1, keepdim=True)
+            state["decoded"] = state.get("decoded", 0) + 1
 
     with torch.no_grad():
-        one = timed(lambda: generate(1))
-        more = timed(lambda: generate(1 + steps))
-    # `generate` may stop early (a length limit of the model's generation
-    # config); the difference of the two times then is not `steps` tokens.
-    for tokens, output in outputs.items():
-        require_tokens(
-            "transformers", shape, [output.shape[1] - prompt_len] * batch, tokens
+        prefill_time = timed(prefill)
+        decode_time = timed(decode)
+    cached = state["cache"].get_seq_length()
+    require_tokens("transformers", shape, [cached - prompt_len] * batch, steps)
+    if decode_time <= 0:
+        raise IncompleteRun(f"transformers ({shape}): no decode time was measured")
+    return prefill_time, batch * steps / decode_time
+
+
+# The operator families of the step breakdown; an operator not listed here
+# is its own family.
+FAMILIES = {
+    "products": (
+        "linear",
+        "matmul",
+        "gemm",
+        "ggml_mul_mat_vec_a8",
+        "ggml_mul_mat_a8",
+        "ggml_dequantize",
+    ),
+    "attention": ("paged_attention_infinilm", "paged_attention_prefill_infinilm"),
+    "KV cache writes": ("paged_caching_infinilm",),
+    "norms": ("rms_norm", "fused_add_rms_norm"),
+    "rotary": ("rotary_embedding",),
+    "activations": ("silu_and_mul", "gelu_tanh_and_mul"),
+    "embedding": ("embedding",),
+    "sampling": (
+        "top_k_top_p_sampling_from_logits",
+        "top_k_top_p_sampler",
+        "random_sample_infinilm",
+    ),
+}
+FAMILY_OF = {op: family for family, ops in FAMILIES.items() for op in ops}
+
+
+class TimedOperators:
+    """Stands in for `infini.ops` in the model modules: each operator call
+    is timed and its seconds added to its family (`FAMILIES`)."""
+
+    def __init__(self, module) -> None:
+        self._module = module
+        self.seconds: dict[str, float] = {}
+        self.calls: dict[str, int] = {}
+
+    def __getattr__(self, name: str):
+        target = getattr(self._module, name)
+        if not callable(target) or name[:1].isupper():
+            return target
+        family = FAMILY_OF.get(name, name)
+        seconds, calls = self.seconds, self.calls
+
+        def timed_call(*arguments, **keywords):
+            begin = time.perf_counter()
+            try:
+                return target(*arguments, **keywords)
+            finally:
+                seconds[family] = seconds.get(family, 0.0) + time.perf_counter() - begin
+                calls[family] = calls.get(family, 0) + 1
+
+        return timed_call
+
+
+def measure_breakdown(model, steps, rng, repeats=3) -> dict:
+    """Where a batch-1 decode step's time goes (prompt 16, `steps` steps,
+    the best of `repeats`): per operator family, µs and calls per token; the
+    rest of the step (the runner's own Python and the scheduler) is "outside
+    the operators"."""
+    from infini.ops.models import decoder, sampling
+
+    best = None
+    for _ in range(repeats):
+        timer = TimedOperators(decoder.ops)
+        scheduler = Scheduler(model)
+        scheduler.add(list(rng.integers(0, model.config.vocab_size, 16)), steps + 2, ())
+        while any(s.prefilling for s in scheduler.running + scheduler.waiting):
+            scheduler.step()
+        scheduler.step()  # The first decode step builds the decode operators.
+        modules = (decoder, sampling)
+        originals = [module.ops for module in modules]
+        for module in modules:
+            module.ops = timer
+        try:
+            total = timed(lambda s=scheduler: [s.step() for _ in range(steps)])
+        finally:
+            for module, original in zip(modules, originals, strict=True):
+                module.ops = original
+        while not scheduler.idle:
+            scheduler.step()
+        if best is None or total < best[0]:
+            best = (total, timer)
+    total, timer = best
+    families = {
+        family: (seconds / steps * 1e6, timer.calls[family] / steps)
+        for family, seconds in sorted(timer.seconds.items(), key=lambda i: -i[1])
+    }
+    outside = total - sum(timer.seconds.values())
+    return {
+        "step_us": total / steps * 1e6,
+        "families": families,
+        "outside_us": outside / steps * 1e6,
+    }
+
+
+def breakdown_lines(breakdowns: dict, weight_gb: dict) -> list[str]:
+    """The step breakdown's table: one column per weight form."""
+    if not breakdowns:
+        return []
+    dtypes = list(breakdowns)
+    names = []
+    for measured in breakdowns.values():
+        names += [name for name in measured["families"] if name not in names]
+    lines = [
+        "",
+        "Where a batch-1 decode step goes (prompt 16; each operator call timed, "
+        "µs per token, calls per token in brackets; the best of three runs):",
+        "",
+        "| | " + " | ".join(dtypes) + " |",
+        "|---" * (len(dtypes) + 1) + "|",
+    ]
+    for name in names:
+        cells = []
+        for dtype in dtypes:
+            value = breakdowns[dtype]["families"].get(name)
+            cells.append("" if value is None else f"{value[0]:.0f} ({value[1]:.0f})")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines.append(
+        "| outside the operators | "
+        + " | ".join(f"{breakdowns[d]['outside_us']:.0f}" for d in dtypes)
+        + " |"
+    )
+    lines.append(
+        "| whole step | "
+        + " | ".join(f"{breakdowns[d]['step_us']:.0f}" for d in dtypes)
+        + " |"
+    )
+    rates = []
+    for dtype in dtypes:
+        products = breakdowns[dtype]["families"].get("products")
+        rates.append(
+            "" if not products else f"{weight_gb[dtype] / (products[0] / 1e6):.1f}"
         )
-    return one, batch * steps / max(more - one, 1e-9)
+    lines.append("| products' weights GB/s | " + " | ".join(rates) + " |")
+    lines.append("")
+    return lines
 
 
 def read_bandwidth() -> float:
@@ -296,7 +453,7 @@ def main() -> None:
     bandwidth = read_bandwidth()
     print(f"read bandwidth: {bandwidth:.1f} GB/s, {torch.get_num_threads()} threads")
     llama_cpp = measure_llama_cpp(arguments, path, prompts, steps)
-    rows, weight_gb_by_dtype = [], {}
+    rows, weight_gb_by_dtype, breakdowns = [], {}, {}
     # The torch eager runner is written for the Llama family's forward pass.
     llama = checkpoint.config.architecture == "llama"
 
@@ -324,6 +481,8 @@ def main() -> None:
         # Warm up (first calls build operators and may compile kernels).
         measure_ours(model, 1, 16, 2, np.random.default_rng(0))
         measure_ours(model, 2, 16, 2, np.random.default_rng(0))
+        breakdowns[dtype] = measure_breakdown(model, steps, np.random.default_rng(0))
+        print(f"{dtype} step breakdown: {breakdowns[dtype]}", flush=True)
         for prompt_len in prompts:
             for batch in batches:
                 results = {"ours": [], "torch": [], "transformers": []}
@@ -360,6 +519,7 @@ def main() -> None:
                 rows.append(row)
                 print(format_row(row), flush=True)
     text = report(title, rows, bandwidth, weight_gb_by_dtype, steps, llama_cpp)
+    text += "\n".join(breakdown_lines(breakdowns, weight_gb_by_dtype))
     print(text)
     if arguments.write:
         RESULTS.mkdir(exist_ok=True)
@@ -437,7 +597,7 @@ def report(title, rows, bandwidth, weight_gb, steps, llama_cpp) -> str:
         f"# {title} end to end: `infini.ops.models` against PyTorch eager",
         "",
         f"Measured {date.today()} by `python benchmarks/model.py` on "
-        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"{cpu_description()}, {os.cpu_count()} cores, "
         f"{torch.get_num_threads()} threads; Python {platform.python_version()}, "
         f"torch {torch.__version__}, numpy {np.__version__}, infini.ops "
         f"{infini.ops.__version__}. Read bandwidth (a `torch.sum` over 512 MiB): "
@@ -453,8 +613,8 @@ def report(title, rows, bandwidth, weight_gb, steps, llama_cpp) -> str:
             else "torch eager was not measured (its runner is the Llama forward "
             "pass only); "
         )
-        + "transformers is its "
-        "eager `generate` (float32 for q4); llama.cpp "
+        + "transformers is its eager forward pass with its own KV cache, one "
+        "greedy token per step, each step timed (float32 for q4); llama.cpp "
         + (
             f"(llama-cpp-python {llama_cpp['llama_cpp']}, {llama_cpp['threads']} "
             "threads) runs the same GGUF file, batch 1. "
@@ -503,6 +663,21 @@ def report(title, rows, bandwidth, weight_gb, steps, llama_cpp) -> str:
         )
     lines.append("")
     return "\n".join(lines)
+
+
+def cpu_description() -> str:
+    """The CPU's model name and the widest vector instructions torch uses
+    on it (the machines this runs on vary: 16-bit products depend on it)."""
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    name = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{name} ({torch.backends.cpu.get_cpu_capability()})"
 
 
 def cell(value, spec: str, suffix: str = "") -> str:
