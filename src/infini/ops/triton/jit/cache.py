@@ -10,9 +10,10 @@ digits); the identity is stored inside, so a hash collision or a stale entry
 (another Triton version or kernel source, which change the identity) is
 rejected on read, like a corrupt one, and so is a binary that is empty,
 truncated or another kernel's (`binary_problem`). Files are written to a
-temporary name and moved into place, so readers never see half a file. A file that exists
-but is rejected is reported once (`report_damaged_entry`, docs/behaviour.md,
-"Damaged cache entries"); the caller compiles and writes the entry again.
+temporary name and moved into place, so readers never see half a file. A
+file that exists but is rejected is reported once (`report_damaged_entry`,
+docs/behaviour.md, "Damaged cache entries"); the caller compiles and writes
+the entry again.
 
 - ``<stem>.json``: Triton's kernel metadata plus `cache_identity` and
   `binary_ext`; ``<stem>.<binary_ext>`` (e.g. ``cubin``): the binary.
