@@ -74,4 +74,7 @@ _ = [
     # inspect.Parameter's name, set for ATen names that are Python keywords
     # (core/docs.py).
     used._name,
+    # A Triton knob that `triton.compile` reads (runtime/triton.py,
+    # `compile_source`).
+    used.always_compile,
 ]
