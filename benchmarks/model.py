@@ -192,6 +192,12 @@ def require_tokens(runner: str, shape: str, produced, requested: int) -> None:
         )
 
 
+def run_prefills(scheduler) -> None:
+    """Steps until no sequence is still reading its prompt."""
+    while any(s.prefilling for s in scheduler.running + scheduler.waiting):
+        scheduler.step()
+
+
 def measure_ours(model: LlamaModel, batch, prompt_len, steps, rng):
     """(prefill seconds, decode tokens/s) of `batch` prompts of `prompt_len`
     random tokens, then `steps` decode steps."""
@@ -202,11 +208,7 @@ def measure_ours(model: LlamaModel, batch, prompt_len, steps, rng):
         for _ in range(batch)
     ]
 
-    def prefill():
-        while any(s.prefilling for s in scheduler.running + scheduler.waiting):
-            scheduler.step()
-
-    prefill_time = timed(prefill)
+    prefill_time = timed(lambda: run_prefills(scheduler))
     scheduler.step()  # The first decode step builds the decode operators.
     decode_time = timed(lambda: [scheduler.step() for _ in range(steps)])
     while not scheduler.idle:
@@ -343,8 +345,7 @@ def measure_breakdown(model, steps, rng, repeats=3) -> dict:
         timer = TimedOperators(decoder.ops)
         scheduler = Scheduler(model)
         scheduler.add(list(rng.integers(0, model.config.vocab_size, 16)), steps + 2, ())
-        while any(s.prefilling for s in scheduler.running + scheduler.waiting):
-            scheduler.step()
+        run_prefills(scheduler)
         scheduler.step()  # The first decode step builds the decode operators.
         modules = (decoder, sampling)
         originals = [module.ops for module in modules]

@@ -66,25 +66,29 @@ def _unprivileged() -> None:
             raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
 
 
-def _child(cache: Path, *, shipped: Path | None = None, unprivileged=False):
-    """Runs `_CHILD` on `cache`: (number of compilations, stderr)."""
-    environment = {
-        **os.environ,
-        "INFINI_OPS_CACHE_DIR": str(cache),
-        "PYTHONDONTWRITEBYTECODE": "1",
-    }
-    if shipped is not None:
-        environment["TEST_SHIPPED_KERNELS"] = str(shipped)
+def _run_python(code: str, environment: dict, unprivileged=False) -> tuple[str, str]:
+    """Runs `code` in a child Python with `environment` added to this one's
+    (without the rights to read mode-000 files when `unprivileged`); asserts
+    it succeeds and returns its output's last line and its stderr."""
     result = subprocess.run(
-        [sys.executable, "-c", _CHILD],
-        env=environment,
+        [sys.executable, "-c", code],
+        env={**os.environ, **environment},
         capture_output=True,
         text=True,
         timeout=600,
         preexec_fn=_unprivileged if unprivileged else None,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])["compiles"], result.stderr
+    return result.stdout.strip().splitlines()[-1], result.stderr
+
+
+def _child(cache: Path, *, shipped: Path | None = None, unprivileged=False):
+    """Runs `_CHILD` on `cache`: (number of compilations, stderr)."""
+    environment = {"INFINI_OPS_CACHE_DIR": str(cache), "PYTHONDONTWRITEBYTECODE": "1"}
+    if shipped is not None:
+        environment["TEST_SHIPPED_KERNELS"] = str(shipped)
+    line, stderr = _run_python(_CHILD, environment, unprivileged)
+    return json.loads(line)["compiles"], stderr
 
 
 def _warnings(stderr: str) -> list[str]:
@@ -319,16 +323,10 @@ def test_binary_problem_finds_truncated_foreign_and_garbage_binaries():
 def _read_in_child(code: str, directory: Path) -> str:
     """Runs `code` (which prints a result) in an unprivileged child
     (`_unprivileged`); returns its output's last line, then its stderr."""
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        env={**os.environ, "INFINI_OPS_TRITON_CACHE_DIR": str(directory)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        preexec_fn=_unprivileged,
+    line, stderr = _run_python(
+        code, {"INFINI_OPS_TRITON_CACHE_DIR": str(directory)}, unprivileged=True
     )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result.stdout.strip().splitlines()[-1] + "\n" + result.stderr
+    return line + "\n" + stderr
 
 
 def _triton_reads(code: str, directory: Path, caplog) -> tuple[str, list[str]]:
@@ -451,22 +449,13 @@ def _compile_add(triton_own: Path, *, block=256, unprivileged=False):
     """(cubin SHA-256, cache entry, damage warnings) of `_TRITON_COMPILE` in a
     child process with Triton's cache in `triton_own`."""
     environment = {
-        **os.environ,
         "TRITON_CACHE_DIR": str(triton_own),
         "TEST_BLOCK_SIZE": str(block),
         "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1])] + sys.path),
     }
-    result = subprocess.run(
-        [sys.executable, "-c", _TRITON_COMPILE],
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        preexec_fn=_unprivileged if unprivileged else None,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    digest, entry = result.stdout.strip().splitlines()[-1].split(" ", 1)
-    return digest, Path(entry), _warnings(result.stderr)
+    line, stderr = _run_python(_TRITON_COMPILE, environment, unprivileged)
+    digest, entry = line.split(" ", 1)
+    return digest, Path(entry), _warnings(stderr)
 
 
 @pytest.fixture(scope="module")

@@ -308,7 +308,8 @@ class MatmulPlan:
             if view is not None
         ]
         native = out.dtype in ("float32", "float64")
-        self.direct = native and _blas_writable(out)
+        self.out_writable = _blas_writable(out)
+        self.direct = native and self.out_writable
         self.numel = int(np.prod(out.shape, dtype=np.int64))
         # `k == 0`: the product is all zeros (plus the bias); the inputs are
         # empty and never read.
@@ -372,10 +373,7 @@ class MatmulPlan:
             a = _blas_readable(self.a.load(a_address, self.compute))
             b = _blas_readable(self.b.load(b_address, self.compute))
             addresses = (a_address, b_address, bias_address)
-            if self.direct and not any(
-                out_view.overlaps(out_address, view, addresses[position])
-                for view, position in self.inputs
-            ):
+            if self.direct and self._out_apart(out_address, addresses):
                 target = out_view.raw(out_address)
                 matmul_into(a, b, target)
                 self._finish(target, bias_address)
@@ -400,10 +398,7 @@ class MatmulPlan:
             return torch.from_numpy(view.raw(address)).view(dtype)
 
         first, second = tensor(self.a, a_address), tensor(self.b, b_address)
-        if _blas_writable(self.out) and not any(
-            self.out.overlaps(out_address, view, address)
-            for view, address in ((self.a, a_address), (self.b, b_address))
-        ):
+        if self.out_writable and self._out_apart(out_address, (a_address, b_address)):
             tensor_matmul_into(first, second, tensor(self.out, out_address))
         else:
             # An output that overlaps an input, or that BLAS cannot write
@@ -412,6 +407,14 @@ class MatmulPlan:
             staged = torch.empty(target.shape, dtype=dtype)
             tensor_matmul_into(first, second, staged)
             target.copy_(staged)
+
+    def _out_apart(self, out_address: int, addresses) -> bool:
+        """Whether the output overlaps none of the inputs (`addresses` in
+        the order of `a`, `b`, `bias`)."""
+        return not any(
+            self.out.overlaps(out_address, view, addresses[position])
+            for view, position in self.inputs
+        )
 
     def _finish(self, result: np.ndarray, bias_address: int) -> None:
         if self.alpha != 1.0:
