@@ -27,6 +27,8 @@ from pathlib import Path
 
 import pytest
 
+from tests._elf import elf_binary
+
 pytest.importorskip("numba")
 
 WAYS = ("truncated", "garbage", "other_version", "unreadable")
@@ -285,25 +287,7 @@ _METADATA = {
 }
 
 
-def _elf(kernel_name: str) -> bytes:
-    """A small whole 64-bit ELF file holding `kernel_name`: the header, one
-    section with the name, and the section table (a null entry and that
-    section) at the end, where a cubin has it."""
-    body = kernel_name.encode().ljust(64, b"\0")
-    table = 64 + len(body)
-    header = bytearray(64)
-    header[:7] = b"\x7fELF\x02\x01\x01"
-    header[0x10:0x14] = (2).to_bytes(2, "little") + (190).to_bytes(2, "little")
-    header[0x28:0x30] = table.to_bytes(8, "little")
-    header[0x34:0x36] = (64).to_bytes(2, "little")
-    header[0x3A:0x3E] = (64).to_bytes(2, "little") + (2).to_bytes(2, "little")
-    section = bytearray(64)
-    section[4:8] = (1).to_bytes(4, "little")  # SHT_PROGBITS
-    section[24:40] = (64).to_bytes(8, "little") + len(body).to_bytes(8, "little")
-    return bytes(header) + body + bytes(64) + bytes(section)
-
-
-_BINARY = _elf("add_kernel")
+_BINARY = elf_binary("add_kernel")
 
 
 def test_binary_problem_finds_truncated_foreign_and_garbage_binaries():
@@ -314,7 +298,9 @@ def test_binary_problem_finds_truncated_foreign_and_garbage_binaries():
     for size in (10, 64, len(_BINARY) // 2, len(_BINARY) - 1):
         problem = binary_problem(_BINARY[:size], "cubin", "add_kernel")
         assert problem is not None and ("truncated" in problem or "ELF" in problem)
-    assert "another kernel" in binary_problem(_elf("mul_kernel"), "cubin", "add_kernel")
+    assert "another kernel" in binary_problem(
+        elf_binary("mul_kernel"), "cubin", "add_kernel"
+    )
     assert "ELF" in binary_problem(os.urandom(len(_BINARY)), "cubin", "add_kernel")
     # Binaries of other backends are opaque: only an empty one is known damaged.
     assert binary_problem(b"anything", "bin", "add_kernel") is None
@@ -355,7 +341,7 @@ def test_a_damaged_triton_cache_file_is_a_miss(triton_cache, caplog, kind, way):
     donor = None
     if kind == "cubin":
         donor = path.with_name("donor.cubin")
-        donor.write_bytes(_elf("mul_kernel"))
+        donor.write_bytes(elf_binary("mul_kernel"))
     _damage(path, way, donor)
     reader = "read_auto_tuning_config" if kind == "autotune" else "read_kernel_artifact"
     code = (
@@ -493,7 +479,7 @@ def test_a_damaged_entry_of_tritons_own_cache_is_a_miss(
     )
     path, donor = entry / name, other_entry / name
     if kind == "cubin":
-        donor.write_bytes(_elf("mul_kernel"))  # Another kernel's binary.
+        donor.write_bytes(elf_binary("mul_kernel"))  # Another kernel's binary.
     # Otherwise the other block size's file: its metadata, or its group, which
     # names its files, names another hash.
     _damage(path, way, donor)

@@ -26,6 +26,7 @@ from infini.ops.core.devices import TRITON_INTERPRETER
 from infini.ops.triton.jit import cache as jit_cache
 from infini.ops.triton.jit import compile as jit_compile
 from infini.ops.triton.jit import operator as jit_operator
+from tests._elf import elf_binary
 
 TRITON_JIT_SLOT = 10
 
@@ -158,6 +159,10 @@ def test_cache_directory_follows_the_environment(monkeypatch, tmp_path):
     assert jit_cache.cache_directory() == expected
 
 
+# A whole binary holding the kernel `_metadata` names: the cache checks both.
+_BINARY = elf_binary("kernel")
+
+
 def _metadata(**changes):
     metadata = {
         "name": "kernel",
@@ -183,19 +188,19 @@ def _metadata(**changes):
     ids=str,
 )
 def test_unusable_kernel_artifacts_are_rejected(cache_dir, change):
-    jit_cache.write_kernel_artifact("id", _metadata(), "cubin", b"binary")
+    jit_cache.write_kernel_artifact("id", _metadata(), "cubin", _BINARY)
     assert jit_cache.read_kernel_artifact("id")[0]["cache_identity"] == "id"
-    jit_cache.write_kernel_artifact("id", _metadata(**change), "cubin", b"binary")
+    jit_cache.write_kernel_artifact("id", _metadata(**change), "cubin", _BINARY)
     assert jit_cache.read_kernel_artifact("id") is None
 
 
 def test_corrupt_stale_or_partial_kernel_artifacts_are_rejected(cache_dir):
     json_path, binary_path = jit_cache.write_kernel_artifact(
-        "id", _metadata(), "cubin", b"binary"
+        "id", _metadata(), "cubin", _BINARY
     )
     assert json_path.parent == cache_dir
     assert json_path.name == jit_cache.fnv1a_64("id") + ".json"
-    assert binary_path.read_bytes() == b"binary"
+    assert binary_path.read_bytes() == _BINARY
     # Another identity (a different Triton version or kernel source).
     assert jit_cache.read_kernel_artifact("other") is None
     record = json.loads(json_path.read_text())
@@ -206,7 +211,7 @@ def test_corrupt_stale_or_partial_kernel_artifacts_are_rejected(cache_dir):
     json_path.write_text(json.dumps(record))
     binary_path.write_bytes(b"")
     assert jit_cache.read_kernel_artifact("id") is None
-    binary_path.write_bytes(b"binary")
+    binary_path.write_bytes(_BINARY)
     json_path.write_text(json.dumps(record)[:-10])
     assert jit_cache.read_kernel_artifact("id") is None
     assert not [p for p in cache_dir.iterdir() if p.name.endswith(".tmp")]
