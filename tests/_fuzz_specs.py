@@ -695,16 +695,23 @@ def _cutlass_scaled_mm(d: Draw) -> Case:
 ATTENTION_ULPS = 32.0
 
 
-def _with_magnitude(reference, value_position):
+def _with_magnitude(reference, value_position, logits=None, length=1):
     """(reference, magnitude) where the magnitude is the same attention over
-    ``|value|``: the size of the terms of each weighted sum."""
+    ``|value|``: the size of the terms of each weighted sum.
+
+    `logits(a)`, where given, bounds the size of the scores the softmax
+    sees. Rounding a score of size L moves its weight by about L ulps, so
+    the output may be off by L ulps of the magnitude: the magnitude grows by
+    ``L / sqrt(length)``, which `close` multiplies back by ``sqrt(length)``.
+    """
 
     def run(a):
         expected = reference(a)
         absolute = list(a)
         absolute[value_position] = a[value_position].abs()
         magnitude = reference(absolute)
-        return {k: (v, magnitude[k]) for k, v in expected.items()}
+        growth = 1.0 if logits is None else 1.0 + logits(a) / math.sqrt(length)
+        return {k: (v, magnitude[k] * growth) for k, v in expected.items()}
 
     return run
 
@@ -998,10 +1005,21 @@ def _paged(d: Draw, prefill: bool) -> Case:
             )
         }
 
+    def logits(a):
+        # Every query against every cached key (a bound on the scores of
+        # each head), plus the largest ALiBi offset.
+        keys = a[1].double().reshape(-1, head_size)
+        scores = a[0].double().reshape(-1, head_size) @ keys.T
+        largest = scale * scores.abs().max().item() if scores.numel() else 0.0
+        if slopes is not None:
+            largest += a[-3].abs().max().item() * max(seq_lens)
+        return largest
+
+    length = max(max(seq_lens), head_size, 1)
     return Case(
         args,
-        _with_magnitude(reference, 2),
-        length=max(max(seq_lens), head_size, 1),
+        _with_magnitude(reference, 2, logits, length),
+        length=length,
         ulps=ATTENTION_ULPS,
     )
 
@@ -1504,26 +1522,29 @@ def _grouped_topk(d: Draw) -> Case:
     renormalize, scale, func = d.coin(), d.choice((1.0, 2.5)), d.choice((0, 1))
     bias = torch.zeros(experts, dtype=d.choice((d.dtype, torch.float32)))
 
-    def ambiguous(scores):
-        # Groups rank by the sum of their two best scores: two groups with
-        # one sum at the selection boundary make either choice right.
-        s = scores.double()
+    def ambiguous(row):
+        # Groups rank by the sum of their two best scores: two groups whose
+        # sums at the selection boundary agree to rounding make either
+        # choice right, so such a row is drawn again.
+        s = row.double()
         s = torch.sigmoid(s) if func == 1 else s
-        if tokens == 0:
-            return False
-        sums = s.view(tokens, groups, -1).topk(2, dim=-1).values.sum(-1)
-        ranked = sums.sort(dim=-1, descending=True).values
+        sums = s.view(groups, -1).topk(2, dim=-1).values.sum(-1)
+        ranked = sums.sort(descending=True).values
         return topk_group < groups and bool(
-            (ranked[:, topk_group - 1] == ranked[:, topk_group]).any()
+            (ranked[topk_group - 1] - ranked[topk_group]).abs() < 1e-5
         )
 
-    for _ in range(20):
-        # Positive, so that a renormalised row never sums to 0 (func 0
-        # takes the scores as they are).
-        scores = _distinct(d, tokens, experts) + experts // 2 / 32 + 1 / 32
-        scores = scores.to(d.dtype)
-        if not ambiguous(scores):
-            break
+    rows = []
+    for _ in range(tokens):
+        for _ in range(100):
+            # Positive, so that a renormalised row never sums to 0 (func 0
+            # takes the scores as they are).
+            row = _distinct(d, 1, experts)[0] + experts // 2 / 32 + 1 / 32
+            row = row.to(d.dtype)
+            if not ambiguous(row):
+                break
+        rows.append(row)
+    scores = torch.stack(rows) if rows else torch.empty(0, experts, dtype=d.dtype)
     values = d.out(tokens, topk, dtype=torch.float32)
     indices = d.out(tokens, topk, dtype=d.choice(INTS))
     args = [
