@@ -9,10 +9,12 @@ code sums the formats with a minimum or an offset need); a weight block then
 meets the codes in integer dot products written as LLVM vector IR (the
 intrinsics below): the block's bytes are loaded as one vector, their codes
 unpacked with vector shifts and masks, widened, multiplied with the
-activation codes and summed. LLVM lowers the pattern to the best
-instructions the host has (`vpdpbusd` with AVX-VNNI, `vpmaddwd` with AVX2,
-`sdot`/`smull` on AArch64); plain Numba loops of 16 or 32 iterations are
-unrolled before the vectoriser sees them and stay scalar. Only the block's
+activation codes and summed. On x86 with AVX2 the unsigned codes meet the
+activations in the byte multiply-adds (`pmaddubsw`, `pmaddwd`: `_MADD`),
+which LLVM does not find by itself; elsewhere LLVM lowers the widening
+multiply to what the host has (`sdot`/`smull` on AArch64). Plain Numba
+loops of 16 or 32 iterations are unrolled before the vectoriser sees them
+and stay scalar. Only the block's
 float32 factors and the running sum are scalar work.
 
 From `TILED_MIN_TOKENS` tokens a product is float32 BLAS instead
@@ -47,7 +49,7 @@ from infini.ops.base._ggml import (
 
 from .blas import HostView, matmul_into
 from .dtype_io import loader, storer
-from .jit import helper, kernel
+from .jit import compiled_with, helper, kernel
 from .memory import STORAGE, element_array
 
 _I8 = ir.IntType(8)
@@ -85,15 +87,21 @@ def _constant_splat(element, count, value):
     return ir.Constant(_vector_type(element, count), [value] * count)
 
 
-def _reduce_add(builder, vector):
-    count = vector.type.count
-    width = vector.type.element.width
-    name = f"llvm.vector.reduce.add.v{count}i{width}"
+def _declare(builder, name, return_type, arg_types):
+    """The LLVM function `name` of the module, declared on first use
+    (llvmlite cannot name overloaded intrinsics of vector types itself)."""
     function = builder.module.globals.get(name)
     if function is None:
         function = ir.Function(
-            builder.module, ir.FunctionType(vector.type.element, [vector.type]), name
+            builder.module, ir.FunctionType(return_type, arg_types), name
         )
+    return function
+
+
+def _reduce_add(builder, vector):
+    count = vector.type.count
+    name = f"llvm.vector.reduce.add.v{count}i{vector.type.element.width}"
+    function = _declare(builder, name, vector.type.element, [vector.type])
     return builder.call(function, [vector])
 
 
@@ -101,11 +109,53 @@ def _dot_unsigned(builder, codes, x_address):
     """``sum(codes[j] * x[j])``: `codes` an i8 vector of unsigned codes
     (below 128), `x` as many int8 activation codes at `x_address`."""
     count = codes.type.count
-    wide = _vector_type(_I32, count)
     x = _load_vector(builder, x_address, _I8, count)
+    if count in _MADD and x86_madd_instructions():
+        return _reduce_add(builder, _madd(builder, codes, x))
+    wide = _vector_type(_I32, count)
     return _reduce_add(
         builder, builder.mul(builder.zext(codes, wide), builder.sext(x, wide))
     )
+
+
+# The x86 byte multiply-adds by vector length: unsigned bytes times signed
+# bytes summed in adjacent pairs (`pmaddubsw`), then 16-bit words summed in
+# adjacent pairs (`pmaddwd`). LLVM does not find them in the widening
+# multiply above by itself: it widens to 32 bits and multiplies there, four
+# times the instructions. Codes below 64 times activations of at most 127
+# never saturate the 16-bit pair sums.
+_MADD = {
+    16: ("llvm.x86.ssse3.pmadd.ub.sw.128", "llvm.x86.sse2.pmadd.wd"),
+    32: ("llvm.x86.avx2.pmadd.ub.sw", "llvm.x86.avx2.pmadd.wd"),
+}
+
+
+def _madd(builder, unsigned, signed):
+    """The int32 sums of four adjacent ``unsigned[j] * signed[j]`` of two i8
+    vectors of 16 or 32 elements (`_MADD`)."""
+    count = unsigned.type.count
+    bytes_name, words_name = _MADD[count]
+    words_type = _vector_type(_I16, count // 2)
+    pairs = builder.call(
+        _declare(builder, bytes_name, words_type, [unsigned.type, signed.type]),
+        [unsigned, signed],
+    )
+    return builder.call(
+        _declare(
+            builder,
+            words_name,
+            _vector_type(_I32, count // 4),
+            [words_type, words_type],
+        ),
+        [pairs, _constant_splat(_I16, count // 2, 1)],
+    )
+
+
+def x86_madd_instructions() -> bool:
+    """Whether the kernels are compiled for an x86 CPU with AVX2 (which the
+    32-byte `_MADD` needs; the 16-byte one needs SSSE3, which every AVX2
+    CPU has)."""
+    return compiled_with("avx2")
 
 
 def _byte(context, builder, value, value_type):
@@ -181,10 +231,12 @@ def dot_signed_32(typingctx, packed, x):
         return None
 
     def codegen(context, builder, signature, args):
+        weights = _load_vector(builder, args[0], _I8, 32)
+        x = _load_vector(builder, args[1], _I8, 32)
         wide = _vector_type(_I32, 32)
-        weights = builder.sext(_load_vector(builder, args[0], _I8, 32), wide)
-        x = builder.sext(_load_vector(builder, args[1], _I8, 32), wide)
-        return _reduce_add(builder, builder.mul(weights, x))
+        return _reduce_add(
+            builder, builder.mul(builder.sext(weights, wide), builder.sext(x, wide))
+        )
 
     return types.int32(packed, x), codegen
 
@@ -1109,17 +1161,6 @@ def _load_floats(builder, address, source):
     )
     bits = builder.shl(bits, _constant_splat(_I32, 32, 16))
     return builder.bitcast(bits, _vector_type(_F32, 32))
-
-
-def _declare(builder, name, return_type, arg_types):
-    """The LLVM function `name` of the module, declared on first use
-    (llvmlite cannot name overloaded intrinsics of vector types itself)."""
-    function = builder.module.globals.get(name)
-    if function is None:
-        function = ir.Function(
-            builder.module, ir.FunctionType(return_type, arg_types), name
-        )
-    return function
 
 
 def _vector_intrinsic(builder, name, vector):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import platform
 import shutil
 import types
 from contextlib import contextmanager
@@ -43,6 +44,29 @@ _SHIPPED_KERNELS = _PACKAGE_DIR.parents[1] / "_kernels"
 
 
 @cache
+def compiled_with(*features: str) -> bool:
+    """Whether the kernels are compiled for an x86-64 CPU with every one of
+    the LLVM `features` (``"avx2"``, ``"avx512vnni"``): the host's, or,
+    with `NUMBA_CPU_NAME` set, the features `NUMBA_CPU_FEATURES` gives. A
+    kernel that calls x86 intrinsics asks this first."""
+    return _compiled_with(platform.machine().lower(), features)
+
+
+@cache
+def _compiled_with(machine: str, features: tuple[str, ...]) -> bool:
+    if machine not in ("x86_64", "amd64"):
+        return False
+    from numba.core import config
+
+    if config.CPU_NAME and config.CPU_NAME != "host":
+        given = (config.CPU_FEATURES or "").split(",")
+        return all(f"+{feature}" in given for feature in features)
+    import llvmlite.binding
+
+    host = llvmlite.binding.get_host_cpu_features()
+    return all(host.get(feature) for feature in features)
+
+
 def kernel_source_fingerprint() -> str:
     digest = hashlib.sha256()
     digest.update(f"numba={numba.__version__}\n".encode())

@@ -14,7 +14,6 @@ int32 arithmetic wraps.
 
 from __future__ import annotations
 
-import platform
 from functools import cache
 
 import numba
@@ -28,7 +27,7 @@ from infini.ops.base.cutlass_scaled_mm import CutlassScaledMm, vector_stride
 from infini.ops.core.geometry import span
 from infini.ops.core.registry import implementation
 from infini.ops.native.cpu.dtype_io import loader, storer
-from infini.ops.native.cpu.jit import helper, kernel
+from infini.ops.native.cpu.jit import compiled_with, helper, kernel
 from infini.ops.native.cpu.memory import STORAGE, element_array
 from infini.ops.native.cpu.numeric import fma_float32
 
@@ -46,24 +45,7 @@ MAX_COLUMN_BLOCK = 64
 def int8_dot_instructions() -> bool:
     """Whether the kernels are compiled for a CPU with AVX-512 VNNI (and
     AVX-512 BW), the instructions the fast tile uses."""
-    return _int8_dot_instructions(platform.machine().lower())
-
-
-@cache
-def _int8_dot_instructions(machine: str) -> bool:
-    if machine not in ("x86_64", "amd64"):
-        return False
-    from numba.core import config
-
-    if config.CPU_NAME and config.CPU_NAME != "host":
-        # Kernels compiled for a named CPU (`NUMBA_CPU_NAME`) get only the
-        # features it is given.
-        features = config.CPU_FEATURES or ""
-        return "+avx512vnni" in features and "+avx512bw" in features
-    import llvmlite.binding
-
-    host = llvmlite.binding.get_host_cpu_features()
-    return bool(host.get("avx512vnni")) and bool(host.get("avx512bw"))
+    return compiled_with("avx512vnni", "avx512bw")
 
 
 def _vnni_tile(rows: int, columns: int):
