@@ -14,8 +14,8 @@ activations in the byte multiply-adds (`pmaddubsw`, `pmaddwd`: `_MADD`),
 which LLVM does not find by itself; elsewhere LLVM lowers the widening
 multiply to what the host has (`sdot`/`smull` on AArch64). Plain Numba
 loops of 16 or 32 iterations are unrolled before the vectoriser sees them
-and stay scalar. Only the block's
-float32 factors and the running sum are scalar work.
+and stay scalar. Only the block's float32 factors and the running sum are
+scalar work.
 
 From `TILED_MIN_TOKENS` tokens a product is float32 BLAS instead
 (`TiledProductPlan`): the quantised activations ``d * q`` as a float32
@@ -231,12 +231,10 @@ def dot_signed_32(typingctx, packed, x):
         return None
 
     def codegen(context, builder, signature, args):
-        weights = _load_vector(builder, args[0], _I8, 32)
-        x = _load_vector(builder, args[1], _I8, 32)
         wide = _vector_type(_I32, 32)
-        return _reduce_add(
-            builder, builder.mul(builder.sext(weights, wide), builder.sext(x, wide))
-        )
+        weights = builder.sext(_load_vector(builder, args[0], _I8, 32), wide)
+        x = builder.sext(_load_vector(builder, args[1], _I8, 32), wide)
+        return _reduce_add(builder, builder.mul(weights, x))
 
     return types.int32(packed, x), codegen
 

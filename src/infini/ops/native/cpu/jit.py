@@ -49,12 +49,7 @@ def compiled_with(*features: str) -> bool:
     the LLVM `features` (``"avx2"``, ``"avx512vnni"``): the host's, or,
     with `NUMBA_CPU_NAME` set, the features `NUMBA_CPU_FEATURES` gives. A
     kernel that calls x86 intrinsics asks this first."""
-    return _compiled_with(platform.machine().lower(), features)
-
-
-@cache
-def _compiled_with(machine: str, features: tuple[str, ...]) -> bool:
-    if machine not in ("x86_64", "amd64"):
+    if platform.machine().lower() not in ("x86_64", "amd64"):
         return False
     from numba.core import config
 
@@ -67,6 +62,7 @@ def _compiled_with(machine: str, features: tuple[str, ...]) -> bool:
     return all(host.get(feature) for feature in features)
 
 
+@cache
 def kernel_source_fingerprint() -> str:
     digest = hashlib.sha256()
     digest.update(f"numba={numba.__version__}\n".encode())
