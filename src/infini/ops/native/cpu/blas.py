@@ -229,7 +229,16 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         return
     import torch
 
-    tensor_matmul_into(*(torch.from_numpy(x) for x in (a, b, out)))
+    first, second, target = (
+        torch.from_numpy(a),
+        torch.from_numpy(b),
+        torch.from_numpy(out),
+    )
+    if a.shape[:-2] == b.shape[:-2] == out.shape[:-2]:
+        # Plain matrices or one shared batch: nothing to broadcast or fold.
+        torch.matmul(first, second, out=target)
+    else:
+        tensor_matmul_into(first, second, target)
 
 
 def tensor_matmul_into(first, second, target) -> None:
@@ -240,16 +249,23 @@ def tensor_matmul_into(first, second, target) -> None:
     # torch resizes an `out` whose shape is not the product's (a batch of 1,
     # or a 2-D operand, shared by every batch of `out`) instead of
     # broadcasting into it: broadcast the operands to `out`'s batch first.
-    batch = target.shape[:-2]
-    if first.dim() > 2 or (second.dim() == 2 and target.dim() > 2):
-        first = first.expand(*batch, *first.shape[-2:])
-    if second.dim() > 2:
-        second = second.expand(*batch, *second.shape[-2:])
-    # A batched `first` times a matrix is folded into one matrix product,
-    # with `out` viewed the same way: torch cannot view an `out` whose
-    # leading dimensions do not merge, so that one is written from a result.
-    if second.dim() == 2 and target.dim() > 2:
-        if merge_leading(tuple(target.shape), tuple(target.stride())) is None:
+    # The checks cost a few microseconds only where a batch is involved:
+    # plain matrix products and same-batch ones go straight to torch.
+    if target.dim() > 2:
+        batch = target.shape[:-2]
+        folded = second.dim() == 2
+        if (first.dim() > 2 or folded) and first.shape[:-2] != batch:
+            first = first.expand(*batch, *first.shape[-2:])
+        if not folded and second.shape[:-2] != batch:
+            second = second.expand(*batch, *second.shape[-2:])
+        # A batched `first` times a matrix is folded into one matrix
+        # product, with `out` viewed the same way: torch cannot view an
+        # `out` whose leading dimensions do not merge, so that one is
+        # written from a result.
+        if (
+            folded
+            and merge_leading(tuple(target.shape), tuple(target.stride())) is None
+        ):
             target.copy_(torch.matmul(first, second))
             return
     torch.matmul(first, second, out=target)
