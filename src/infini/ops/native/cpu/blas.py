@@ -136,40 +136,61 @@ NARROW_WEIGHT_MAX_ROWS = 32
 _NARROW_WEIGHT_COLUMNS_PER_TASK = 64
 
 
-def _narrow_weight_rows(widen):
+def _rows_times_row(convert):
+    @helper
+    def rows_times_row(a, source, out, column):
+        """``out[:, column] = a @ convert(source)`` for float32 rows `a`
+        ``(m, k)`` and one weight row `source` of `k` elements. Four rows
+        per pass: one load of each weight element feeds four products."""
+        rows, depth = a.shape
+        full = rows - rows % 4
+        for row in range(0, full, 4):
+            total0 = total1 = total2 = total3 = np.float32(0.0)
+            for index in range(depth):
+                value = convert(source[index])
+                total0 += a[row, index] * value
+                total1 += a[row + 1, index] * value
+                total2 += a[row + 2, index] * value
+                total3 += a[row + 3, index] * value
+            out[row, column] = total0
+            out[row + 1, column] = total1
+            out[row + 2, column] = total2
+            out[row + 3, column] = total3
+        for row in range(full, rows):
+            total = np.float32(0.0)
+            for index in range(depth):
+                total += a[row, index] * convert(source[index])
+            out[row, column] = total
+
+    return rows_times_row
+
+
+def _narrow_weight_rows(widen, direct_rows):
+    """The product for a weight whose elements `widen` turns into float32.
+    Up to `direct_rows` rows of `a` read the weight as it is, widening each
+    element for every four rows; more rows widen each weight row once into
+    a scratch row that all of them read."""
+    direct = _rows_times_row(widen)
+    scratched = _rows_times_row(_float32_as_is)
+
     def product(a, weight_bits, out):
-        """``out = a @ weight.T`` for float32 `a` ``(m, k)`` and a 16-bit
-        `weight` ``(n, k)`` (bit patterns), accumulated in float32. Each
-        weight row is widened once into a float32 scratch row, then every
-        row of `a` takes its dot product with it."""
+        """``out = a @ weight.T`` for float32 `a` ``(m, k)`` and a weight
+        ``(n, k)`` (16-bit bit patterns, or float32), accumulated in
+        float32."""
         rows, depth = a.shape
         columns = weight_bits.shape[0]
         step = _NARROW_WEIGHT_COLUMNS_PER_TASK
         for task in prange((columns + step - 1) // step):
+            last = min(columns, (task + 1) * step)
+            if rows <= direct_rows:
+                for column in range(task * step, last):
+                    direct(a, weight_bits[column], out, column)
+                continue
             scratch = np.empty(depth, np.float32)
-            for column in range(task * step, min(columns, (task + 1) * step)):
+            for column in range(task * step, last):
                 for index in range(depth):
                     scratch[index] = widen(weight_bits[column, index])
-                # Four rows per pass over the scratch row: one load of it
-                # feeds four products.
-                full = rows - rows % 4
-                for row in range(0, full, 4):
-                    total0 = total1 = total2 = total3 = np.float32(0.0)
-                    for index in range(depth):
-                        value = scratch[index]
-                        total0 += a[row, index] * value
-                        total1 += a[row + 1, index] * value
-                        total2 += a[row + 2, index] * value
-                        total3 += a[row + 3, index] * value
-                    out[row, column] = total0
-                    out[row + 1, column] = total1
-                    out[row + 2, column] = total2
-                    out[row + 3, column] = total3
-                for row in range(full, rows):
-                    total = np.float32(0.0)
-                    for index in range(depth):
-                        total += a[row, index] * scratch[index]
-                    out[row, column] = total
+                scratched(a, scratch, out, column)
 
     return kernel(product, parallel=True, fastmath={"reassoc", "contract"})
 
@@ -183,12 +204,16 @@ def _float32_as_is(value):
 def narrow_weight_kernel(dtype: str):
     """The kernel multiplying float32 rows by a bfloat16, float16 or float32
     weight read in place (compiled on first use, cached on disk)."""
-    widen = {
-        "bfloat16": bfloat16_bits_to_float32,
-        "float16": float16_bits_to_float32,
-        "float32": _float32_as_is,
+    # A float32 weight needs no widening: every row count reads it as it
+    # is. A 16-bit one is widened once per four rows up to four rows (one
+    # pass over the weight, as a decode step's few rows need), once per
+    # weight row beyond.
+    widen, direct_rows = {
+        "bfloat16": (bfloat16_bits_to_float32, 4),
+        "float16": (float16_bits_to_float32, 4),
+        "float32": (_float32_as_is, NARROW_WEIGHT_MAX_ROWS),
     }[dtype]
-    return _narrow_weight_rows(widen)
+    return _narrow_weight_rows(widen, direct_rows)
 
 
 @cache
