@@ -7,7 +7,18 @@ from __future__ import annotations
 import torch
 
 import infini.ops
-from infini.ops.base._ggml import GGML_TYPES, Q4_1, Q8_0, row_bytes
+from infini.ops.base._ggml import (
+    GGML_TYPES,
+    Q4_0,
+    Q4_1,
+    Q4_K,
+    Q5_0,
+    Q5_1,
+    Q5_K,
+    Q6_K,
+    Q8_0,
+    row_bytes,
+)
 
 # (rows, cols, type): attention q/o, k/v, MLP gate/up, MLP down, and the
 # Q8_0 embedding that is also the output head.
@@ -20,7 +31,16 @@ SHAPES = (
 )
 
 # Byte offsets of each block's float16 factors.
-_FACTORS = {Q4_1: (0, 2), Q8_0: (0,)}
+_FACTORS = {
+    Q4_0: (0,),
+    Q4_1: (0, 2),
+    Q5_0: (0,),
+    Q5_1: (0, 2),
+    Q8_0: (0,),
+    Q4_K: (0, 2),
+    Q5_K: (0, 2),
+    Q6_K: (208,),
+}
 
 
 def packed_weight(rows: int, cols: int, quant_type: int) -> torch.Tensor:

@@ -14,8 +14,11 @@ activations in the byte multiply-adds (`pmaddubsw`, `pmaddwd`: `_MADD`),
 which LLVM does not find by itself; elsewhere LLVM lowers the widening
 multiply to what the host has (`sdot`/`smull` on AArch64). Plain Numba
 loops of 16 or 32 iterations are unrolled before the vectoriser sees them
-and stay scalar. Only the block's float32 factors and the running sum are
-scalar work.
+and stay scalar. For the 32-element block types (Q4_0, Q4_1, Q5_0, Q5_1,
+Q8_0) a whole weight row is one IR loop (`DOT_ROW`): each block's eight
+int32 lane sums are scaled by its float32 factor into a float32 vector,
+summed once per row. The K-quants reduce each block to one integer and
+scale it in scalar code (`DOT_BLOCK`).
 
 From `TILED_MIN_TOKENS` tokens a product is float32 BLAS instead
 (`TiledProductPlan`): the quantised activations ``d * q`` as a float32
@@ -185,13 +188,7 @@ def dot_nibble_pairs(typingctx, packed, x):
         return None
 
     def codegen(context, builder, signature, args):
-        packed = _load_vector(builder, args[0], _I8, 16)
-        low = builder.and_(packed, _constant_splat(_I8, 16, 15))
-        high = builder.lshr(packed, _constant_splat(_I8, 16, 4))
-        codes = builder.shuffle_vector(
-            low, high, ir.Constant(_vector_type(_I32, 32), list(range(32)))
-        )
-        return _dot_unsigned(builder, codes, args[1])
+        return _dot_unsigned(builder, _nibble_pairs(builder, args[0]), args[1])
 
     return types.int32(packed, x), codegen
 
@@ -204,21 +201,7 @@ def dot_nibble_pairs_high(typingctx, packed, high, x):
         return None
 
     def codegen(context, builder, signature, args):
-        packed = _load_vector(builder, args[0], _I8, 16)
-        low = builder.and_(packed, _constant_splat(_I8, 16, 15))
-        upper = builder.lshr(packed, _constant_splat(_I8, 16, 4))
-        codes = builder.shuffle_vector(
-            low, upper, ir.Constant(_vector_type(_I32, 32), list(range(32)))
-        )
-        word = builder.load(builder.inttoptr(args[1], _I32.as_pointer()), align=1)
-        bits = builder.lshr(
-            _splat(builder, word, 32),
-            ir.Constant(_vector_type(_I32, 32), list(range(32))),
-        )
-        bits = builder.trunc(
-            builder.and_(bits, _constant_splat(_I32, 32, 1)), _vector_type(_I8, 32)
-        )
-        codes = builder.or_(codes, builder.shl(bits, _constant_splat(_I8, 32, 4)))
+        codes = _with_high_bits(builder, _nibble_pairs(builder, args[0]), args[1])
         return _dot_unsigned(builder, codes, args[2])
 
     return types.int32(packed, high, x), codegen
@@ -367,14 +350,21 @@ def _nibble_pairs(builder, address):
 def _with_high_bits(builder, codes, word_address):
     """`codes` with bit ``j`` of the little-endian uint32 at `word_address`
     as bit 4 of code ``j``."""
-    word = builder.load(builder.inttoptr(word_address, _I32.as_pointer()), align=1)
-    bits = builder.lshr(
-        _splat(builder, word, 32), ir.Constant(_vector_type(_I32, 32), list(range(32)))
+    # Bit j is bit j % 8 of byte j // 8: each byte copied to eight lanes and
+    # tested against its lane's bit (byte shuffles and compares, where
+    # shifting a splat word by 32 counts needs 32-bit lanes).
+    word = _load_vector(builder, word_address, _I8, 4)
+    spread = builder.shuffle_vector(
+        word, word, ir.Constant(_vector_type(_I32, 32), [j // 8 for j in range(32)])
     )
-    bits = builder.trunc(
-        builder.and_(bits, _constant_splat(_I32, 32, 1)), _vector_type(_I8, 32)
+    lane_bits = ir.Constant(_vector_type(_I8, 32), [1 << (j % 8) for j in range(32)])
+    set_bits = builder.icmp_unsigned(
+        "!=", builder.and_(spread, lane_bits), _constant_splat(_I8, 32, 0)
     )
-    return builder.or_(codes, builder.shl(bits, _constant_splat(_I8, 32, 4)))
+    high = builder.select(
+        set_bits, _constant_splat(_I8, 32, 16), _constant_splat(_I8, 32, 0)
+    )
+    return builder.or_(codes, high)
 
 
 def _half(builder, address):
@@ -935,6 +925,220 @@ DOT_BLOCK = {
 }
 
 
+# Whole weight rows of the 32-element block types, in one loop of vector IR:
+# each block's eight int32 lane sums (not their total) are scaled by the
+# block's float32 factor and added to a float32 vector, which is summed once
+# per row. Reducing every block to one integer first (`DOT_BLOCK`) costs a
+# horizontal sum and scalar float work per block: most of a decode step's
+# product time. Each is ``(block bytes, codes(builder, block) -> (i8 codes,
+# signed), offset of the minimum or None, code offset)``.
+_ROW_LAYOUTS = {
+    Q4_0: (
+        18,
+        lambda b, block: (_nibble_pairs(b, _offset(b, block, 2)), False),
+        None,
+        8,
+    ),
+    Q4_1: (20, lambda b, block: (_nibble_pairs(b, _offset(b, block, 4)), False), 2, 0),
+    Q5_0: (
+        22,
+        lambda b, block: (
+            _with_high_bits(
+                b, _nibble_pairs(b, _offset(b, block, 6)), _offset(b, block, 2)
+            ),
+            False,
+        ),
+        None,
+        16,
+    ),
+    Q5_1: (
+        24,
+        lambda b, block: (
+            _with_high_bits(
+                b, _nibble_pairs(b, _offset(b, block, 8)), _offset(b, block, 4)
+            ),
+            False,
+        ),
+        2,
+        0,
+    ),
+    Q8_0: (
+        34,
+        lambda b, block: (_load_vector(b, _offset(b, block, 2), _I8, 32), True),
+        None,
+        0,
+    ),
+}
+_ROW_LANES = 8
+
+
+def _fold(builder, vector, lanes, add):
+    """`vector` with its upper and lower halves added (`add`) until `lanes`
+    lanes remain."""
+    while vector.type.count > lanes:
+        half = vector.type.count // 2
+        pick = [
+            ir.Constant(_vector_type(_I32, half), list(range(start, start + half)))
+            for start in (0, half)
+        ]
+        vector = add(
+            builder.shuffle_vector(vector, vector, pick[0]),
+            builder.shuffle_vector(vector, vector, pick[1]),
+        )
+    return vector
+
+
+def _lane_sums(builder, codes, x_address, signed):
+    """``codes[j] * x[j]`` for the 32 codes and the 32 int8 activation codes
+    at `x_address`, summed into `_ROW_LANES` int32 lanes."""
+    x = _load_vector(builder, x_address, _I8, 32)
+    if not x86_madd_instructions():
+        products = builder.mul(_widen(builder, codes, signed), _widen(builder, x, True))
+        return _fold(builder, products, _ROW_LANES, builder.add)
+    if not signed:
+        return _madd(builder, codes, x)
+    # Signed codes (Q8_0): both widened to 16 bits, then each half's
+    # adjacent pairs multiplied and summed (`pmaddwd`).
+    words = _vector_type(_I16, 32)
+    halves = [
+        [
+            builder.shuffle_vector(
+                wide,
+                wide,
+                ir.Constant(_vector_type(_I32, 16), list(range(start, start + 16))),
+            )
+            for start in (0, 16)
+        ]
+        for wide in (builder.sext(codes, words), builder.sext(x, words))
+    ]
+    half_words = _vector_type(_I16, 16)
+    pairs = _declare(
+        builder, _MADD[32][1], _vector_type(_I32, 8), [half_words, half_words]
+    )
+    return builder.add(
+        builder.call(pairs, [halves[0][0], halves[1][0]]),
+        builder.call(pairs, [halves[0][1], halves[1][1]]),
+    )
+
+
+def _row_dot(quant_type):
+    block_bytes, codes_of, min_at, code_offset = _ROW_LAYOUTS[quant_type]
+
+    @intrinsic
+    def dot_row(typingctx, block, x, scales, sums, block_sums, pairs):
+        """``sum over 2 * pairs blocks of dot(block, x codes)`` of a weight
+        row from `block` and the activation codes at `x`, with the
+        activation groups' `scales`, `sums` and `block_sums` at those
+        addresses (`quantize_activations`' scratch, from the row's first
+        group): `DOT_BLOCK`'s sum, two blocks per step."""
+        if not _integers(block, x, scales, sums, block_sums, pairs):
+            return None
+
+        def codegen(context, builder, signature, args):
+            i64 = ir.IntType(64)
+            block, x, scales, sums, block_sums, pairs = (
+                context.cast(builder, value, value_type, types.int64)
+                for value, value_type in zip(args, signature.args, strict=True)
+            )
+            vector = _vector_type(_F32, _ROW_LANES)
+            zero = ir.Constant(vector, [0.0] * _ROW_LANES)
+            fmuladd = _declare(
+                builder, f"llvm.fmuladd.v{_ROW_LANES}f32", vector, [vector] * 3
+            )
+            entry = builder.block
+            loop = builder.append_basic_block("row")
+            done = builder.append_basic_block("row_done")
+            builder.cbranch(builder.icmp_signed(">", pairs, i64(0)), loop, done)
+
+            builder.position_at_end(loop)
+            index = builder.phi(i64)
+            totals = [builder.phi(vector), builder.phi(vector)]
+            minimum = builder.phi(_F32)
+            updated = []
+            running = minimum
+            for side in range(2):
+                number = builder.add(builder.mul(index, i64(2)), i64(side))
+                address = builder.add(block, builder.mul(number, i64(block_bytes)))
+                codes, signed = codes_of(builder, address)
+                lanes = _lane_sums(
+                    builder,
+                    codes,
+                    builder.add(x, builder.mul(number, i64(ACTIVATION_BLOCK))),
+                    signed,
+                )
+                if code_offset:
+                    # ``sum((q - offset) * x) = sum(q * x) - offset * sum(x)``:
+                    # the second term taken from lane 0.
+                    pair = builder.add(sums, builder.mul(number, i64(8)))
+                    low = builder.load(builder.inttoptr(pair, _I32.as_pointer()))
+                    high = builder.load(
+                        builder.inttoptr(_offset(builder, pair, 4), _I32.as_pointer())
+                    )
+                    offset = builder.mul(builder.add(low, high), _I32(code_offset))
+                    lanes = builder.sub(
+                        lanes,
+                        builder.insert_element(
+                            ir.Constant(lanes.type, [0] * _ROW_LANES), offset, _I32(0)
+                        ),
+                    )
+                group = builder.mul(number, i64(4))
+                scale = builder.load(
+                    builder.inttoptr(builder.add(scales, group), _F32.as_pointer())
+                )
+                factor = builder.fmul(_half(builder, address), scale)
+                updated.append(
+                    builder.call(
+                        fmuladd,
+                        [
+                            _to_float(builder, lanes),
+                            _splat(builder, factor, _ROW_LANES),
+                            totals[side],
+                        ],
+                    )
+                )
+                if min_at is not None:
+                    block_sum = builder.load(
+                        builder.inttoptr(
+                            builder.add(block_sums, group), _F32.as_pointer()
+                        )
+                    )
+                    running = builder.fadd(
+                        running,
+                        builder.fmul(
+                            _half(builder, _offset(builder, address, min_at)), block_sum
+                        ),
+                    )
+            following = builder.add(index, i64(1))
+            end = builder.block
+            index.add_incoming(i64(0), entry)
+            index.add_incoming(following, end)
+            for phi, value in zip(totals, updated, strict=True):
+                phi.add_incoming(zero, entry)
+                phi.add_incoming(value, end)
+            minimum.add_incoming(_F32(0.0), entry)
+            minimum.add_incoming(running, end)
+            builder.cbranch(builder.icmp_signed("<", following, pairs), loop, done)
+
+            builder.position_at_end(done)
+            results = []
+            for value in (*updated, running):
+                phi = builder.phi(value.type)
+                phi.add_incoming(zero if value.type == vector else _F32(0.0), entry)
+                phi.add_incoming(value, end)
+                results.append(phi)
+            total = _fold(
+                builder, builder.fadd(results[0], results[1]), 1, builder.fadd
+            )
+            return builder.fadd(builder.extract_element(total, _I32(0)), results[2])
+
+        return types.float32(block, x, scales, sums, block_sums, pairs), codegen
+
+    return dot_row
+
+
+DOT_ROW = {quant_type: _row_dot(quant_type) for quant_type in _ROW_LAYOUTS}
+
+
 @helper
 def quantize_codes(x, first, load, d, codes, at):
     """16 activation codes ``round(x / d)`` (halves away from zero; 0 where
@@ -977,6 +1181,104 @@ def quantize_activations(x, start, cols, load, codes, at, scales, block_sums, su
         block_sums[k + group] = d * np.float32(low + high)
 
 
+def _row_total(quant_type):
+    """``row_total(source, x_codes, blocks, scales, block_sums, sums, group,
+    scales_address, block_sums_address, sums_address)``: the dot product of
+    the weight row at `source` (`blocks` blocks) with one token's codes at
+    `x_codes`, its activation groups from `group` (the arrays, and their
+    addresses for `DOT_ROW`)."""
+    entry = GGML_TYPES[quant_type]
+    block_elements = entry.block_elements
+    block_bytes = entry.block_bytes
+    groups_per_block = block_elements // ACTIVATION_BLOCK
+    dot_block = DOT_BLOCK[quant_type]
+    dot_row = DOT_ROW.get(quant_type)
+
+    @helper
+    def last_block(source, x_codes, blocks, scales, block_sums, sums, group):
+        block = blocks - 1
+        return dot_block(
+            source + block * block_bytes,
+            x_codes + block * block_elements,
+            scales,
+            block_sums,
+            sums,
+            group + block * groups_per_block,
+        )
+
+    if dot_row is not None:
+
+        @helper
+        def row_total(
+            source,
+            x_codes,
+            blocks,
+            scales,
+            block_sums,
+            sums,
+            group,
+            scales_address,
+            block_sums_address,
+            sums_address,
+        ):
+            total = dot_row(
+                source,
+                x_codes,
+                scales_address + 4 * group,
+                sums_address + 8 * group,
+                block_sums_address + 4 * group,
+                blocks // 2,
+            )
+            if blocks % 2:
+                total += last_block(
+                    source, x_codes, blocks, scales, block_sums, sums, group
+                )
+            return total
+
+        return row_total
+
+    @helper
+    def row_total(
+        source,
+        x_codes,
+        blocks,
+        scales,
+        block_sums,
+        sums,
+        group,
+        scales_address,
+        block_sums_address,
+        sums_address,
+    ):
+        # Two running sums: each block's float work then overlaps the next
+        # block's instead of waiting on it.
+        even = np.float32(0)
+        odd = np.float32(0)
+        for pair in range(blocks // 2):
+            block = 2 * pair
+            even += dot_block(
+                source + block * block_bytes,
+                x_codes + block * block_elements,
+                scales,
+                block_sums,
+                sums,
+                group + block * groups_per_block,
+            )
+            odd += dot_block(
+                source + (block + 1) * block_bytes,
+                x_codes + (block + 1) * block_elements,
+                scales,
+                block_sums,
+                sums,
+                group + (block + 1) * groups_per_block,
+            )
+        if blocks % 2:
+            even += last_block(source, x_codes, blocks, scales, block_sums, sums, group)
+        return even + odd
+
+    return row_total
+
+
 # Output rows computed together for one token: their weight rows stay in
 # the L1 cache while every token passes over them.
 TILE_ROWS = 8
@@ -992,11 +1294,8 @@ def product_kernel(quant_type: int, dtype: str, parallel: bool):
     cols``), `scales` and `block_sums` (float32, ``tokens * cols / 32``) and
     `sums` (int32, ``tokens * cols / 16``) are scratch for the quantised
     activations."""
-    entry = GGML_TYPES[quant_type]
-    block_elements = entry.block_elements
-    block_bytes = entry.block_bytes
-    groups_per_block = block_elements // ACTIVATION_BLOCK
-    dot_block = DOT_BLOCK[quant_type]
+    block_elements = GGML_TYPES[quant_type].block_elements
+    row_total = _row_total(quant_type)
     storage = STORAGE[dtype]
     load = loader(dtype)
     store = storer(dtype)
@@ -1048,40 +1347,19 @@ def product_kernel(quant_type: int, dtype: str, parallel: bool):
                     x_codes = codes_address + token * cols
                     group = token * groups
                     for row in range(first, last):
-                        source = weight + row * weight_stride
-                        # Two running sums: each block's float work then
-                        # overlaps the next block's instead of waiting on it.
-                        even = np.float32(0)
-                        odd = np.float32(0)
-                        for pair in range(blocks // 2):
-                            block = 2 * pair
-                            even += dot_block(
-                                source + block * block_bytes,
-                                x_codes + block * block_elements,
-                                scales,
-                                block_sums,
-                                sums,
-                                group + block * groups_per_block,
-                            )
-                            odd += dot_block(
-                                source + (block + 1) * block_bytes,
-                                x_codes + (block + 1) * block_elements,
-                                scales,
-                                block_sums,
-                                sums,
-                                group + (block + 1) * groups_per_block,
-                            )
-                        if blocks % 2:
-                            block = blocks - 1
-                            even += dot_block(
-                                source + block * block_bytes,
-                                x_codes + block * block_elements,
-                                scales,
-                                block_sums,
-                                sums,
-                                group + block * groups_per_block,
-                            )
-                        store(out, token * out_stride + row, even + odd)
+                        total = row_total(
+                            weight + row * weight_stride,
+                            x_codes,
+                            blocks,
+                            scales,
+                            block_sums,
+                            sums,
+                            group,
+                            scales_address,
+                            block_sums_address,
+                            sums_address,
+                        )
+                        store(out, token * out_stride + row, total)
         return 0
 
     return kernel(run, parallel=parallel)

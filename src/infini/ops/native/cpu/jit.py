@@ -183,13 +183,26 @@ def _stable_identity(value, depth: int = 0) -> object:
                 _stable_identity(_cell_contents(cell), depth + 1)
                 for cell in value.__closure__ or ()
             )
-        code = hashlib.sha256(value.__code__.co_code).hexdigest()[:16]
+        code = _code_digest(value.__code__)
         return (value.__module__, value.__qualname__, code, captured)
     if callable(value) and hasattr(value, "__qualname__"):
         return (getattr(value, "__module__", ""), value.__qualname__)
     if isinstance(value, (tuple, list)):
         return tuple(_stable_identity(item, depth) for item in value)
     return repr(value)
+
+
+def _code_digest(code) -> str:
+    """The bytecode and the constants of a code object: two lambdas of one
+    factory that differ only in a constant must not share a cache entry.
+    Nested code objects are described the same way (their `repr` holds an
+    address that changes with every process)."""
+    digest = hashlib.sha256(code.co_code)
+    for constant in code.co_consts:
+        if isinstance(constant, types.CodeType):
+            constant = _code_digest(constant)
+        digest.update(b"\0" + repr(constant).encode())
+    return digest.hexdigest()[:16]
 
 
 def _cell_contents(cell) -> object:
@@ -339,14 +352,13 @@ class _StableFunctionCache(caching.FunctionCache):
             return None
 
     def _index_key(self, sig, codegen):
-        code = self._py_func.__code__.co_code
         closure = self._py_func.__closure__ or ()
         captured = repr(tuple(_stable_identity(c.cell_contents) for c in closure))
         return (
             sig,
             codegen.magic_tuple(),
             (
-                hashlib.sha256(code).hexdigest(),
+                _code_digest(self._py_func.__code__),
                 hashlib.sha256(captured.encode()).hexdigest(),
             ),
             self.options,
