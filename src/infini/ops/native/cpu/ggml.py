@@ -14,11 +14,11 @@ activations in the byte multiply-adds (`pmaddubsw`, `pmaddwd`: `_MADD`),
 which LLVM does not find by itself; elsewhere LLVM lowers the widening
 multiply to what the host has (`sdot`/`smull` on AArch64). Plain Numba
 loops of 16 or 32 iterations are unrolled before the vectoriser sees them
-and stay scalar. For the 32-element block types (Q4_0, Q4_1, Q5_0, Q5_1,
-Q8_0) a whole weight row is one IR loop (`DOT_ROW`): each block's eight
-int32 lane sums are scaled by its float32 factor into a float32 vector,
-summed once per row. The K-quants reduce each block to one integer and
-scale it in scalar code (`DOT_BLOCK`).
+and stay scalar. For every type but Q2_K and Q3_K a whole weight row is
+one IR loop (`DOT_ROW`): each group of 32 codes leaves eight int32 lane
+sums, scaled by the group's float32 factor into a float32 vector that is
+summed once per row. Q2_K and Q3_K reduce each group to one integer and
+scale it in scalar code (`DOT_BLOCK`), as the odd last block of a row does.
 
 From `TILED_MIN_TOKENS` tokens a product is float32 BLAS instead
 (`TiledProductPlan`): the quantised activations ``d * q`` as a float32
@@ -925,50 +925,13 @@ DOT_BLOCK = {
 }
 
 
-# Whole weight rows of the 32-element block types, in one loop of vector IR:
-# each block's eight int32 lane sums (not their total) are scaled by the
-# block's float32 factor and added to a float32 vector, which is summed once
-# per row. Reducing every block to one integer first (`DOT_BLOCK`) costs a
-# horizontal sum and scalar float work per block: most of a decode step's
-# product time. Each is ``(block bytes, codes(builder, block) -> (i8 codes,
-# signed), offset of the minimum or None, code offset)``.
-_ROW_LAYOUTS = {
-    Q4_0: (
-        18,
-        lambda b, block: (_nibble_pairs(b, _offset(b, block, 2)), False),
-        None,
-        8,
-    ),
-    Q4_1: (20, lambda b, block: (_nibble_pairs(b, _offset(b, block, 4)), False), 2, 0),
-    Q5_0: (
-        22,
-        lambda b, block: (
-            _with_high_bits(
-                b, _nibble_pairs(b, _offset(b, block, 6)), _offset(b, block, 2)
-            ),
-            False,
-        ),
-        None,
-        16,
-    ),
-    Q5_1: (
-        24,
-        lambda b, block: (
-            _with_high_bits(
-                b, _nibble_pairs(b, _offset(b, block, 8)), _offset(b, block, 4)
-            ),
-            False,
-        ),
-        2,
-        0,
-    ),
-    Q8_0: (
-        34,
-        lambda b, block: (_load_vector(b, _offset(b, block, 2), _I8, 32), True),
-        None,
-        0,
-    ),
-}
+# Whole weight rows in one loop of vector IR (`DOT_ROW`). Each group of 32
+# codes meets its 32 activation codes in eight int32 lane sums (lane i sums
+# codes 4i to 4i + 3), which are not added up: they are scaled by the
+# group's float32 factor (or one factor per half, Q6_K's 16-code scales) and
+# added to a float32 vector, summed once per row. Reducing every group to
+# one integer first (`DOT_BLOCK`) costs a horizontal sum and scalar float
+# work per group: most of a decode step's product time.
 _ROW_LANES = 8
 
 
@@ -977,66 +940,309 @@ def _fold(builder, vector, lanes, add):
     lanes remain."""
     while vector.type.count > lanes:
         half = vector.type.count // 2
-        pick = [
-            ir.Constant(_vector_type(_I32, half), list(range(start, start + half)))
+        low, high = (
+            builder.shuffle_vector(
+                vector,
+                vector,
+                ir.Constant(_vector_type(_I32, half), list(range(start, start + half))),
+            )
             for start in (0, half)
-        ]
-        vector = add(
-            builder.shuffle_vector(vector, vector, pick[0]),
-            builder.shuffle_vector(vector, vector, pick[1]),
         )
+        vector = add(low, high)
     return vector
 
 
-def _lane_sums(builder, codes, x_address, signed):
-    """``codes[j] * x[j]`` for the 32 codes and the 32 int8 activation codes
-    at `x_address`, summed into `_ROW_LANES` int32 lanes."""
+def _lane_sums(builder, codes, x_address, signed=False):
+    """``codes[j] * x[j]`` for 32 i8 codes and the 32 int8 activation codes
+    at `x_address`, summed into eight int32 lanes: for unsigned codes lane
+    ``i`` sums products ``4i`` to ``4i + 3`` (Q6_K scales the two halves
+    apart); signed codes (Q8_0, one factor per group) mix positions."""
     x = _load_vector(builder, x_address, _I8, 32)
     if not x86_madd_instructions():
         products = builder.mul(_widen(builder, codes, signed), _widen(builder, x, True))
-        return _fold(builder, products, _ROW_LANES, builder.add)
+        quarters = [
+            builder.shuffle_vector(
+                products,
+                products,
+                ir.Constant(_vector_type(_I32, 8), list(range(first, 32, 4))),
+            )
+            for first in range(4)
+        ]
+        return builder.add(
+            builder.add(quarters[0], quarters[1]), builder.add(quarters[2], quarters[3])
+        )
     if not signed:
         return _madd(builder, codes, x)
-    # Signed codes (Q8_0): both widened to 16 bits, then each half's
-    # adjacent pairs multiplied and summed (`pmaddwd`).
+    # Signed codes: both widened to 16 bits, adjacent pairs multiplied and
+    # summed (`pmaddwd`) in each half, the halves added.
     words = _vector_type(_I16, 32)
-    halves = [
-        [
-            builder.shuffle_vector(
-                wide,
-                wide,
-                ir.Constant(_vector_type(_I32, 16), list(range(start, start + 16))),
-            )
-            for start in (0, 16)
-        ]
-        for wide in (builder.sext(codes, words), builder.sext(x, words))
-    ]
     half_words = _vector_type(_I16, 16)
     pairs = _declare(
         builder, _MADD[32][1], _vector_type(_I32, 8), [half_words, half_words]
     )
-    return builder.add(
-        builder.call(pairs, [halves[0][0], halves[1][0]]),
-        builder.call(pairs, [halves[0][1], halves[1][1]]),
+    sums = [
+        builder.call(
+            pairs,
+            [
+                builder.shuffle_vector(
+                    wide,
+                    wide,
+                    ir.Constant(_vector_type(_I32, 16), list(range(start, start + 16))),
+                )
+                for wide in (builder.sext(codes, words), builder.sext(x, words))
+            ],
+        )
+        for start in (0, 16)
+    ]
+    return builder.add(sums[0], sums[1])
+
+
+def _load_scalar(builder, address, scalar_type):
+    return builder.load(builder.inttoptr(address, scalar_type.as_pointer()), align=1)
+
+
+def _at(builder, address, offset):
+    """`address` plus an i64 offset or a constant."""
+    if isinstance(offset, int):
+        offset = ir.Constant(address.type, offset)
+    return builder.add(address, offset)
+
+
+class _Group:
+    """Where a block's activation data are: the codes of the block's first
+    group at `x`, and that group's entries of `quantize_activations`'
+    scratch (`scales`, `sums` two per group, `block_sums`)."""
+
+    def __init__(self, x, scales, sums, block_sums):
+        self.x, self.scales, self.sums, self.block_sums = x, scales, sums, block_sums
+
+    def codes(self, builder, group):
+        return _at(builder, self.x, ACTIVATION_BLOCK * group)
+
+    def scale(self, builder, group):
+        return _load_scalar(builder, _at(builder, self.scales, 4 * group), _F32)
+
+    def block_sum(self, builder, group):
+        return _load_scalar(builder, _at(builder, self.block_sums, 4 * group), _F32)
+
+    def half_sum(self, builder, half):
+        """The sum of the codes of half `half` (16 codes) from the first
+        group."""
+        return _load_scalar(builder, _at(builder, self.sums, 4 * half), _I32)
+
+
+def _minus_in_lanes(builder, lanes, offsets):
+    """`lanes` less each ``(lane, value)`` of `offsets` in that lane."""
+    vector = ir.Constant(lanes.type, [0] * _ROW_LANES)
+    for lane, value in offsets:
+        vector = builder.insert_element(vector, value, _I32(lane))
+    return builder.sub(lanes, vector)
+
+
+def _simple_terms(codes_of, min_at, code_offset, signed=False):
+    """The terms of a 32-element block (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0):
+    ``d * x_scale * sum((q - offset) * x)`` and, with a minimum,
+    ``m * d_x * sum(x)``."""
+
+    def terms(builder, block, group):
+        x = group.codes(builder, 0)
+        lanes = _lane_sums(builder, codes_of(builder, block), x, signed)
+        if code_offset:
+            # sum((q - offset) * x) = sum(q * x) - offset * sum(x).
+            total = builder.add(group.half_sum(builder, 0), group.half_sum(builder, 1))
+            lanes = _minus_in_lanes(
+                builder, lanes, [(0, builder.mul(total, _I32(code_offset)))]
+            )
+        factor = builder.fmul(_half(builder, block), group.scale(builder, 0))
+        minimum = None
+        if min_at is not None:
+            minimum = builder.fmul(
+                _half(builder, _at(builder, block, min_at)), group.block_sum(builder, 0)
+            )
+        return [(lanes, factor)], minimum
+
+    return terms
+
+
+def _k4_scale_min(builder, scale_bytes, j):
+    """IR of `k4_scale_min`: the 6-bit scale and min (i32) of group `j`."""
+
+    def byte(index):
+        return builder.zext(
+            _load_scalar(builder, _at(builder, scale_bytes, index), _I8), _I32
+        )
+
+    if j < 4:
+        return (
+            builder.and_(byte(j), _I32(63)),
+            builder.and_(byte(j + 4), _I32(63)),
+        )
+    packed = byte(j + 4)
+    scale = builder.or_(
+        builder.and_(packed, _I32(15)),
+        builder.shl(builder.lshr(byte(j - 4), _I32(6)), _I32(4)),
     )
+    minimum = builder.or_(
+        builder.lshr(packed, _I32(4)),
+        builder.shl(builder.lshr(byte(j), _I32(6)), _I32(4)),
+    )
+    return scale, minimum
+
+
+def _k_terms(high_bits):
+    """The terms of a Q4_K (``high_bits`` False) or Q5_K block: eight groups
+    of 32 with 6-bit scales and mins, ``d * sum(scale_j * x_scale_j *
+    sum(q * x)) - dmin * sum(min_j * d_x_j * sum(x_j))``."""
+    codes_at = 48 if high_bits else 16
+
+    def terms(builder, block, group):
+        d = _half(builder, block)
+        scale_bytes = _at(builder, block, 4)
+        result = []
+        offsets = _F32(0.0)
+        for j in range(8):
+            packed = _load_vector(
+                builder, _at(builder, block, codes_at + 32 * (j // 2)), _I8, 32
+            )
+            codes = builder.and_(
+                builder.lshr(packed, _constant_splat(_I8, 32, 4 * (j % 2))),
+                _constant_splat(_I8, 32, 15),
+            )
+            if high_bits:
+                high = _load_vector(builder, _at(builder, block, 16), _I8, 32)
+                high = builder.and_(
+                    builder.lshr(high, _constant_splat(_I8, 32, j)),
+                    _constant_splat(_I8, 32, 1),
+                )
+                codes = builder.or_(
+                    codes, builder.shl(high, _constant_splat(_I8, 32, 4))
+                )
+            x = group.codes(builder, j)
+            lanes = _lane_sums(builder, codes, x)
+            scale, minimum = _k4_scale_min(builder, scale_bytes, j)
+            factor = builder.fmul(
+                builder.fmul(d, builder.sitofp(scale, _F32)), group.scale(builder, j)
+            )
+            result.append((lanes, factor))
+            offsets = builder.fadd(
+                offsets,
+                builder.fmul(
+                    group.block_sum(builder, j), builder.sitofp(minimum, _F32)
+                ),
+            )
+        dmin = _half(builder, _at(builder, block, 2))
+        return result, builder.fneg(builder.fmul(dmin, offsets))
+
+    return terms
+
+
+def _q6_k_terms(builder, block, group):
+    """The terms of a Q6_K block: eight groups of 32 6-bit codes with offset
+    32 and a signed 8-bit scale per 16, ``d * sum(x_scale_j * sum over the
+    halves of scale_h * sum((q - 32) * x))``."""
+    d = _half(builder, _at(builder, block, 208))
+    result = []
+    for j in range(8):
+        half, part = divmod(j, 4)
+        low = _load_vector(
+            builder, _at(builder, block, 64 * half + 32 * (part % 2)), _I8, 32
+        )
+        high = _load_vector(builder, _at(builder, block, 128 + 32 * half), _I8, 32)
+        codes = builder.or_(
+            builder.and_(
+                builder.lshr(low, _constant_splat(_I8, 32, 4 * (part // 2))),
+                _constant_splat(_I8, 32, 15),
+            ),
+            builder.shl(
+                builder.and_(
+                    builder.lshr(high, _constant_splat(_I8, 32, 2 * part)),
+                    _constant_splat(_I8, 32, 3),
+                ),
+                _constant_splat(_I8, 32, 4),
+            ),
+        )
+        x = group.codes(builder, j)
+        lanes = _lane_sums(builder, codes, x)
+        # Lanes 0-3 are the first 16 codes, lanes 4-7 the second.
+        sums = [group.half_sum(builder, 2 * j + side) for side in range(2)]
+        lanes = _minus_in_lanes(
+            builder,
+            lanes,
+            [(4 * side, builder.mul(sums[side], _I32(32))) for side in range(2)],
+        )
+        scales = [
+            builder.sitofp(
+                _load_scalar(builder, _at(builder, block, 192 + 2 * j + side), _I8),
+                _F32,
+            )
+            for side in range(2)
+        ]
+        common = builder.fmul(d, group.scale(builder, j))
+        pair = ir.Constant(_vector_type(_F32, 2), [0.0, 0.0])
+        for side in range(2):
+            pair = builder.insert_element(pair, scales[side], _I32(side))
+        pair = builder.fmul(pair, _splat(builder, common, 2))
+        factor = builder.shuffle_vector(
+            pair,
+            pair,
+            ir.Constant(
+                _vector_type(_I32, _ROW_LANES), [lane // 4 for lane in range(8)]
+            ),
+        )
+        result.append((lanes, factor))
+    return result, None
+
+
+def _nibble_pair_codes(at, high_at=None):
+    def codes(builder, block):
+        values = _nibble_pairs(builder, _at(builder, block, at))
+        if high_at is not None:
+            values = _with_high_bits(builder, values, _at(builder, block, high_at))
+        return values
+
+    return codes
+
+
+# ``(block bytes, blocks per loop step, terms(builder, block, group) ->
+# ([(int32 lanes, float32 factor or factor vector)], float32 term or None))``.
+_ROW_LAYOUTS = {
+    Q4_0: (18, 2, _simple_terms(_nibble_pair_codes(2), None, 8)),
+    Q4_1: (20, 2, _simple_terms(_nibble_pair_codes(4), 2, 0)),
+    Q5_0: (22, 2, _simple_terms(_nibble_pair_codes(6, 2), None, 16)),
+    Q5_1: (24, 2, _simple_terms(_nibble_pair_codes(8, 4), 2, 0)),
+    Q8_0: (
+        34,
+        2,
+        _simple_terms(
+            lambda b, block: _load_vector(b, _at(b, block, 2), _I8, 32),
+            None,
+            0,
+            signed=True,
+        ),
+    ),
+    Q4_K: (144, 1, _k_terms(high_bits=False)),
+    Q5_K: (176, 1, _k_terms(high_bits=True)),
+    Q6_K: (210, 1, _q6_k_terms),
+}
 
 
 def _row_dot(quant_type):
-    block_bytes, codes_of, min_at, code_offset = _ROW_LAYOUTS[quant_type]
+    block_bytes, per_step, terms = _ROW_LAYOUTS[quant_type]
+    block_elements = GGML_TYPES[quant_type].block_elements
+    groups_per_block = block_elements // ACTIVATION_BLOCK
 
     @intrinsic
-    def dot_row(typingctx, block, x, scales, sums, block_sums, pairs):
-        """``sum over 2 * pairs blocks of dot(block, x codes)`` of a weight
-        row from `block` and the activation codes at `x`, with the
-        activation groups' `scales`, `sums` and `block_sums` at those
-        addresses (`quantize_activations`' scratch, from the row's first
-        group): `DOT_BLOCK`'s sum, two blocks per step."""
-        if not _integers(block, x, scales, sums, block_sums, pairs):
+    def dot_row(typingctx, block, x, scales, sums, block_sums, steps):
+        """`DOT_BLOCK`'s sum over ``per_step * steps`` blocks of a weight row
+        from `block`, with the activation codes at `x` and the activation
+        groups' `scales`, `sums` and `block_sums` at those addresses
+        (`quantize_activations`' scratch, from the row's first group)."""
+        if not _integers(block, x, scales, sums, block_sums, steps):
             return None
 
         def codegen(context, builder, signature, args):
             i64 = ir.IntType(64)
-            block, x, scales, sums, block_sums, pairs = (
+            block, x, scales, sums, block_sums, steps = (
                 context.cast(builder, value, value_type, types.int64)
                 for value, value_type in zip(args, signature.args, strict=True)
             )
@@ -1048,82 +1254,58 @@ def _row_dot(quant_type):
             entry = builder.block
             loop = builder.append_basic_block("row")
             done = builder.append_basic_block("row_done")
-            builder.cbranch(builder.icmp_signed(">", pairs, i64(0)), loop, done)
+            builder.cbranch(builder.icmp_signed(">", steps, i64(0)), loop, done)
 
             builder.position_at_end(loop)
             index = builder.phi(i64)
+            # Two vector sums, taking the terms in turn: each term's
+            # multiply-add then overlaps the next one's.
             totals = [builder.phi(vector), builder.phi(vector)]
-            minimum = builder.phi(_F32)
-            updated = []
-            running = minimum
-            for side in range(2):
-                number = builder.add(builder.mul(index, i64(2)), i64(side))
+            scalar = builder.phi(_F32)
+            running = list(totals)
+            running_scalar = scalar
+            term_count = 0
+            for side in range(per_step):
+                number = builder.add(builder.mul(index, i64(per_step)), i64(side))
+                first_group = builder.mul(number, i64(groups_per_block))
+                group = _Group(
+                    builder.add(x, builder.mul(first_group, i64(ACTIVATION_BLOCK))),
+                    builder.add(scales, builder.mul(first_group, i64(4))),
+                    builder.add(sums, builder.mul(first_group, i64(8))),
+                    builder.add(block_sums, builder.mul(first_group, i64(4))),
+                )
                 address = builder.add(block, builder.mul(number, i64(block_bytes)))
-                codes, signed = codes_of(builder, address)
-                lanes = _lane_sums(
-                    builder,
-                    codes,
-                    builder.add(x, builder.mul(number, i64(ACTIVATION_BLOCK))),
-                    signed,
-                )
-                if code_offset:
-                    # ``sum((q - offset) * x) = sum(q * x) - offset * sum(x)``:
-                    # the second term taken from lane 0.
-                    pair = builder.add(sums, builder.mul(number, i64(8)))
-                    low = builder.load(builder.inttoptr(pair, _I32.as_pointer()))
-                    high = builder.load(
-                        builder.inttoptr(_offset(builder, pair, 4), _I32.as_pointer())
+                products, extra = terms(builder, address, group)
+                for lanes, factor in products:
+                    if not isinstance(factor.type, ir.VectorType):
+                        factor = _splat(builder, factor, _ROW_LANES)
+                    which = term_count % 2
+                    running[which] = builder.call(
+                        fmuladd, [_to_float(builder, lanes), factor, running[which]]
                     )
-                    offset = builder.mul(builder.add(low, high), _I32(code_offset))
-                    lanes = builder.sub(
-                        lanes,
-                        builder.insert_element(
-                            ir.Constant(lanes.type, [0] * _ROW_LANES), offset, _I32(0)
-                        ),
-                    )
-                group = builder.mul(number, i64(4))
-                scale = builder.load(
-                    builder.inttoptr(builder.add(scales, group), _F32.as_pointer())
-                )
-                factor = builder.fmul(_half(builder, address), scale)
-                updated.append(
-                    builder.call(
-                        fmuladd,
-                        [
-                            _to_float(builder, lanes),
-                            _splat(builder, factor, _ROW_LANES),
-                            totals[side],
-                        ],
-                    )
-                )
-                if min_at is not None:
-                    block_sum = builder.load(
-                        builder.inttoptr(
-                            builder.add(block_sums, group), _F32.as_pointer()
-                        )
-                    )
-                    running = builder.fadd(
-                        running,
-                        builder.fmul(
-                            _half(builder, _offset(builder, address, min_at)), block_sum
-                        ),
-                    )
+                    term_count += 1
+                if extra is not None:
+                    running_scalar = builder.fadd(running_scalar, extra)
             following = builder.add(index, i64(1))
             end = builder.block
             index.add_incoming(i64(0), entry)
             index.add_incoming(following, end)
-            for phi, value in zip(totals, updated, strict=True):
+            for phi, value in zip(totals, running, strict=True):
                 phi.add_incoming(zero, entry)
                 phi.add_incoming(value, end)
-            minimum.add_incoming(_F32(0.0), entry)
-            minimum.add_incoming(running, end)
-            builder.cbranch(builder.icmp_signed("<", following, pairs), loop, done)
+            scalar.add_incoming(_F32(0.0), entry)
+            scalar.add_incoming(running_scalar, end)
+            builder.cbranch(builder.icmp_signed("<", following, steps), loop, done)
 
             builder.position_at_end(done)
             results = []
-            for value in (*updated, running):
+            for value, start in (
+                (running[0], zero),
+                (running[1], zero),
+                (running_scalar, _F32(0.0)),
+            ):
                 phi = builder.phi(value.type)
-                phi.add_incoming(zero if value.type == vector else _F32(0.0), entry)
+                phi.add_incoming(start, entry)
                 phi.add_incoming(value, end)
                 results.append(phi)
             total = _fold(
@@ -1131,9 +1313,9 @@ def _row_dot(quant_type):
             )
             return builder.fadd(builder.extract_element(total, _I32(0)), results[2])
 
-        return types.float32(block, x, scales, sums, block_sums, pairs), codegen
+        return types.float32(block, x, scales, sums, block_sums, steps), codegen
 
-    return dot_row
+    return dot_row, per_step
 
 
 DOT_ROW = {quant_type: _row_dot(quant_type) for quant_type in _ROW_LAYOUTS}
@@ -1192,7 +1374,7 @@ def _row_total(quant_type):
     block_bytes = entry.block_bytes
     groups_per_block = block_elements // ACTIVATION_BLOCK
     dot_block = DOT_BLOCK[quant_type]
-    dot_row = DOT_ROW.get(quant_type)
+    dot_row, per_step = DOT_ROW.get(quant_type, (None, 1))
 
     @helper
     def last_block(source, x_codes, blocks, scales, block_sums, sums, group):
@@ -1227,9 +1409,9 @@ def _row_total(quant_type):
                 scales_address + 4 * group,
                 sums_address + 8 * group,
                 block_sums_address + 4 * group,
-                blocks // 2,
+                blocks // per_step,
             )
-            if blocks % 2:
+            if blocks % per_step:
                 total += last_block(
                     source, x_codes, blocks, scales, block_sums, sums, group
                 )
