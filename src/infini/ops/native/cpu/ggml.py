@@ -1364,11 +1364,10 @@ def quantize_activations(x, start, cols, load, codes, at, scales, block_sums, su
 
 
 def _row_total(quant_type):
-    """``row_total(source, x_codes, blocks, scales, block_sums, sums, group,
-    scales_address, block_sums_address, sums_address)``: the dot product of
-    the weight row at `source` (`blocks` blocks) with one token's codes at
-    `x_codes`, its activation groups from `group` (the arrays, and their
-    addresses for `DOT_ROW`)."""
+    """``row_total(source, x_codes, blocks, scales, block_sums, sums,
+    group)``: the dot product of the weight row at `source` (`blocks`
+    blocks) with one token's codes at `x_codes`, its activation groups from
+    `group`."""
     entry = GGML_TYPES[quant_type]
     block_elements = entry.block_elements
     block_bytes = entry.block_bytes
@@ -1377,8 +1376,7 @@ def _row_total(quant_type):
     dot_row, per_step = DOT_ROW.get(quant_type, (None, 1))
 
     @helper
-    def last_block(source, x_codes, blocks, scales, block_sums, sums, group):
-        block = blocks - 1
+    def one_block(source, x_codes, block, scales, block_sums, sums, group):
         return dot_block(
             source + block * block_bytes,
             x_codes + block * block_elements,
@@ -1391,71 +1389,39 @@ def _row_total(quant_type):
     if dot_row is not None:
 
         @helper
-        def row_total(
-            source,
-            x_codes,
-            blocks,
-            scales,
-            block_sums,
-            sums,
-            group,
-            scales_address,
-            block_sums_address,
-            sums_address,
-        ):
+        def row_total(source, x_codes, blocks, scales, block_sums, sums, group):
             total = dot_row(
                 source,
                 x_codes,
-                scales_address + 4 * group,
-                sums_address + 8 * group,
-                block_sums_address + 4 * group,
+                scales.ctypes.data + 4 * group,
+                sums.ctypes.data + 8 * group,
+                block_sums.ctypes.data + 4 * group,
                 blocks // per_step,
             )
             if blocks % per_step:
-                total += last_block(
-                    source, x_codes, blocks, scales, block_sums, sums, group
+                total += one_block(
+                    source, x_codes, blocks - 1, scales, block_sums, sums, group
                 )
             return total
 
         return row_total
 
     @helper
-    def row_total(
-        source,
-        x_codes,
-        blocks,
-        scales,
-        block_sums,
-        sums,
-        group,
-        scales_address,
-        block_sums_address,
-        sums_address,
-    ):
+    def row_total(source, x_codes, blocks, scales, block_sums, sums, group):
         # Two running sums: each block's float work then overlaps the next
         # block's instead of waiting on it.
         even = np.float32(0)
         odd = np.float32(0)
         for pair in range(blocks // 2):
             block = 2 * pair
-            even += dot_block(
-                source + block * block_bytes,
-                x_codes + block * block_elements,
-                scales,
-                block_sums,
-                sums,
-                group + block * groups_per_block,
-            )
-            odd += dot_block(
-                source + (block + 1) * block_bytes,
-                x_codes + (block + 1) * block_elements,
-                scales,
-                block_sums,
-                sums,
-                group + (block + 1) * groups_per_block,
+            even += one_block(source, x_codes, block, scales, block_sums, sums, group)
+            odd += one_block(
+                source, x_codes, block + 1, scales, block_sums, sums, group
             )
         if blocks % 2:
-            even += last_block(source, x_codes, blocks, scales, block_sums, sums, group)
+            even += one_block(
+                source, x_codes, blocks - 1, scales, block_sums, sums, group
+            )
         return even + odd
 
     return row_total
@@ -1537,9 +1503,6 @@ def product_kernel(quant_type: int, dtype: str, parallel: bool):
                             block_sums,
                             sums,
                             group,
-                            scales_address,
-                            block_sums_address,
-                            sums_address,
                         )
                         store(out, token * out_stride + row, total)
         return 0
