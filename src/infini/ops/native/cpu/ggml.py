@@ -166,13 +166,28 @@ def _byte(context, builder, value, value_type):
     return context.cast(builder, value, value_type, types.uint8)
 
 
+def _field(builder, packed, shift, mask):
+    """``(packed[j] >> shift) & mask`` for every byte of the i8 vector
+    `packed`; `shift` and `mask` constants or i8 values."""
+    count = packed.type.count
+
+    def lanes(value):
+        if isinstance(value, int):
+            return _constant_splat(_I8, count, value)
+        return _splat(builder, value, count)
+
+    return builder.and_(builder.lshr(packed, lanes(shift)), lanes(mask))
+
+
 def _bits(context, builder, args, arg_types, count):
     """``(packed[j] >> shift) & mask`` for ``j < count`` from the first three
     arguments ``(packed, shift, mask)``."""
-    packed = _load_vector(builder, args[0], _I8, count)
-    shift = _splat(builder, _byte(context, builder, args[1], arg_types[1]), count)
-    mask = _splat(builder, _byte(context, builder, args[2], arg_types[2]), count)
-    return builder.and_(builder.lshr(packed, shift), mask)
+    return _field(
+        builder,
+        _load_vector(builder, args[0], _I8, count),
+        _byte(context, builder, args[1], arg_types[1]),
+        _byte(context, builder, args[2], arg_types[2]),
+    )
 
 
 def _integers(*arg_types) -> bool:
@@ -935,10 +950,10 @@ DOT_BLOCK = {
 _ROW_LANES = 8
 
 
-def _fold(builder, vector, lanes, add):
-    """`vector` with its upper and lower halves added (`add`) until `lanes`
-    lanes remain."""
-    while vector.type.count > lanes:
+def _float_total(builder, vector):
+    """The sum of the lanes of a float vector: halves added until one
+    lane remains."""
+    while vector.type.count > 1:
         half = vector.type.count // 2
         low, high = (
             builder.shuffle_vector(
@@ -948,8 +963,8 @@ def _fold(builder, vector, lanes, add):
             )
             for start in (0, half)
         )
-        vector = add(low, high)
-    return vector
+        vector = builder.fadd(low, high)
+    return builder.extract_element(vector, _I32(0))
 
 
 def _lane_sums(builder, codes, x_address, signed=False):
@@ -1001,13 +1016,6 @@ def _load_scalar(builder, address, scalar_type):
     return builder.load(builder.inttoptr(address, scalar_type.as_pointer()), align=1)
 
 
-def _at(builder, address, offset):
-    """`address` plus an i64 offset or a constant."""
-    if isinstance(offset, int):
-        offset = ir.Constant(address.type, offset)
-    return builder.add(address, offset)
-
-
 class _Group:
     """Where a block's activation data are: the codes of the block's first
     group at `x`, and that group's entries of `quantize_activations`'
@@ -1017,18 +1025,18 @@ class _Group:
         self.x, self.scales, self.sums, self.block_sums = x, scales, sums, block_sums
 
     def codes(self, builder, group):
-        return _at(builder, self.x, ACTIVATION_BLOCK * group)
+        return _offset(builder, self.x, ACTIVATION_BLOCK * group)
 
     def scale(self, builder, group):
-        return _load_scalar(builder, _at(builder, self.scales, 4 * group), _F32)
+        return _load_scalar(builder, _offset(builder, self.scales, 4 * group), _F32)
 
     def block_sum(self, builder, group):
-        return _load_scalar(builder, _at(builder, self.block_sums, 4 * group), _F32)
+        return _load_scalar(builder, _offset(builder, self.block_sums, 4 * group), _F32)
 
     def half_sum(self, builder, half):
         """The sum of the codes of half `half` (16 codes) from the first
         group."""
-        return _load_scalar(builder, _at(builder, self.sums, 4 * half), _I32)
+        return _load_scalar(builder, _offset(builder, self.sums, 4 * half), _I32)
 
 
 def _minus_in_lanes(builder, lanes, offsets):
@@ -1057,7 +1065,8 @@ def _simple_terms(codes_of, min_at, code_offset, signed=False):
         minimum = None
         if min_at is not None:
             minimum = builder.fmul(
-                _half(builder, _at(builder, block, min_at)), group.block_sum(builder, 0)
+                _half(builder, _offset(builder, block, min_at)),
+                group.block_sum(builder, 0),
             )
         return [(lanes, factor)], minimum
 
@@ -1069,7 +1078,7 @@ def _k4_scale_min(builder, scale_bytes, j):
 
     def byte(index):
         return builder.zext(
-            _load_scalar(builder, _at(builder, scale_bytes, index), _I8), _I32
+            _load_scalar(builder, _offset(builder, scale_bytes, index), _I8), _I32
         )
 
     if j < 4:
@@ -1097,23 +1106,17 @@ def _k_terms(high_bits):
 
     def terms(builder, block, group):
         d = _half(builder, block)
-        scale_bytes = _at(builder, block, 4)
+        scale_bytes = _offset(builder, block, 4)
         result = []
         offsets = _F32(0.0)
         for j in range(8):
             packed = _load_vector(
-                builder, _at(builder, block, codes_at + 32 * (j // 2)), _I8, 32
+                builder, _offset(builder, block, codes_at + 32 * (j // 2)), _I8, 32
             )
-            codes = builder.and_(
-                builder.lshr(packed, _constant_splat(_I8, 32, 4 * (j % 2))),
-                _constant_splat(_I8, 32, 15),
-            )
+            codes = _field(builder, packed, 4 * (j % 2), 15)
             if high_bits:
-                high = _load_vector(builder, _at(builder, block, 16), _I8, 32)
-                high = builder.and_(
-                    builder.lshr(high, _constant_splat(_I8, 32, j)),
-                    _constant_splat(_I8, 32, 1),
-                )
+                high = _load_vector(builder, _offset(builder, block, 16), _I8, 32)
+                high = _field(builder, high, j, 1)
                 codes = builder.or_(
                     codes, builder.shl(high, _constant_splat(_I8, 32, 4))
                 )
@@ -1130,7 +1133,7 @@ def _k_terms(high_bits):
                     group.block_sum(builder, j), builder.sitofp(minimum, _F32)
                 ),
             )
-        dmin = _half(builder, _at(builder, block, 2))
+        dmin = _half(builder, _offset(builder, block, 2))
         return result, builder.fneg(builder.fmul(dmin, offsets))
 
     return terms
@@ -1140,25 +1143,18 @@ def _q6_k_terms(builder, block, group):
     """The terms of a Q6_K block: eight groups of 32 6-bit codes with offset
     32 and a signed 8-bit scale per 16, ``d * sum(x_scale_j * sum over the
     halves of scale_h * sum((q - 32) * x))``."""
-    d = _half(builder, _at(builder, block, 208))
+    d = _half(builder, _offset(builder, block, 208))
     result = []
     for j in range(8):
         half, part = divmod(j, 4)
         low = _load_vector(
-            builder, _at(builder, block, 64 * half + 32 * (part % 2)), _I8, 32
+            builder, _offset(builder, block, 64 * half + 32 * (part % 2)), _I8, 32
         )
-        high = _load_vector(builder, _at(builder, block, 128 + 32 * half), _I8, 32)
+        high = _load_vector(builder, _offset(builder, block, 128 + 32 * half), _I8, 32)
         codes = builder.or_(
-            builder.and_(
-                builder.lshr(low, _constant_splat(_I8, 32, 4 * (part // 2))),
-                _constant_splat(_I8, 32, 15),
-            ),
+            _field(builder, low, 4 * (part // 2), 15),
             builder.shl(
-                builder.and_(
-                    builder.lshr(high, _constant_splat(_I8, 32, 2 * part)),
-                    _constant_splat(_I8, 32, 3),
-                ),
-                _constant_splat(_I8, 32, 4),
+                _field(builder, high, 2 * part, 3), _constant_splat(_I8, 32, 4)
             ),
         )
         x = group.codes(builder, j)
@@ -1172,7 +1168,7 @@ def _q6_k_terms(builder, block, group):
         )
         scales = [
             builder.sitofp(
-                _load_scalar(builder, _at(builder, block, 192 + 2 * j + side), _I8),
+                _load_scalar(builder, _offset(builder, block, 192 + 2 * j + side), _I8),
                 _F32,
             )
             for side in range(2)
@@ -1195,9 +1191,9 @@ def _q6_k_terms(builder, block, group):
 
 def _nibble_pair_codes(at, high_at=None):
     def codes(builder, block):
-        values = _nibble_pairs(builder, _at(builder, block, at))
+        values = _nibble_pairs(builder, _offset(builder, block, at))
         if high_at is not None:
-            values = _with_high_bits(builder, values, _at(builder, block, high_at))
+            values = _with_high_bits(builder, values, _offset(builder, block, high_at))
         return values
 
     return codes
@@ -1214,7 +1210,7 @@ _ROW_LAYOUTS = {
         34,
         2,
         _simple_terms(
-            lambda b, block: _load_vector(b, _at(b, block, 2), _I8, 32),
+            lambda b, block: _load_vector(b, _offset(b, block, 2), _I8, 32),
             None,
             0,
             signed=True,
@@ -1308,10 +1304,8 @@ def _row_dot(quant_type):
                 phi.add_incoming(start, entry)
                 phi.add_incoming(value, end)
                 results.append(phi)
-            total = _fold(
-                builder, builder.fadd(results[0], results[1]), 1, builder.fadd
-            )
-            return builder.fadd(builder.extract_element(total, _I32(0)), results[2])
+            total = _float_total(builder, builder.fadd(results[0], results[1]))
+            return builder.fadd(total, results[2])
 
         return types.float32(block, x, scales, sums, block_sums, steps), codegen
 
