@@ -289,6 +289,7 @@ FAMILIES = {
         "gemm",
         "ggml_mul_mat_vec_a8",
         "ggml_mul_mat_a8",
+        "ggml_mul_mat_interleaved_a8",
         "ggml_dequantize",
     ),
     "attention": ("paged_attention_infinilm", "paged_attention_prefill_infinilm"),

@@ -75,10 +75,16 @@ NVIDIA_ONLY_OPERATORS = (
 PRODUCT_OPERATORS = ("linear", "matmul")
 
 
+# What the runner calls on the CPU only: on a GPU its weights keep the
+# file's layout (`docs/behaviour.md`, "Interleaved GGML weights").
+CPU_ONLY_MODEL_OPERATORS = ("ggml_interleave", "ggml_mul_mat_interleaved_a8")
+
+
 def _model_operators():
     from infini.ops.models import OPERATORS
 
-    return tuple(OPERATORS) + PRODUCT_OPERATORS
+    runner = tuple(name for name in OPERATORS if name not in CPU_ONLY_MODEL_OPERATORS)
+    return runner + PRODUCT_OPERATORS
 
 
 MODEL_OPERATORS = _model_operators()

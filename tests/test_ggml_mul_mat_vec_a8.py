@@ -84,6 +84,25 @@ def test_ggml_mul_mat_vec_a8_odd_block_counts(quant_type, device, implementation
     check_product(out, x, dequantized(weight, quant_type))
 
 
+def test_ggml_mul_mat_vec_a8_q8_0_extreme_codes(device, implementation_index):
+    # Q8_0 codes of -128 (the format allows them; quantisers avoid them) and
+    # +-127, against activations whose codes are +-127 as well: the largest
+    # pairs of byte products the kernel sums in 16 bits, and a code whose
+    # magnitude does not fit a signed byte.
+    generator = torch.Generator().manual_seed(11)
+    rows, cols = 24, 256
+    weight = blocks(8, rows, cols, seed=8).view(rows, cols // 32, 34).clone()
+    extremes = torch.tensor([-128, -127, 127], dtype=torch.int8)
+    choice = torch.randint(0, 3, (rows, cols // 32, 32), generator=generator)
+    weight[..., 2:] = extremes[choice].view(torch.uint8)
+    weight = weight.reshape(rows, -1)
+    signs = torch.randint(0, 2, (3, cols), generator=generator) * 2 - 1
+    x = signs.float() * (1 + torch.rand(3, cols, generator=generator) * 1e-3)
+    out = torch.full((3, rows), float("nan"), device=device)
+    _run(weight.to(device), x.to(device), 8, rows, out, implementation_index)
+    check_product(out, x, dequantized(weight, 8))
+
+
 @pytest.mark.parametrize("quant_type", (3, 14))
 @pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16))
 def test_ggml_mul_mat_vec_a8_more_tokens(

@@ -359,16 +359,19 @@ def test_smollm2_q4_matches_dequantised_reference(smollm2, smollm2_q4):
 
 @needs_model
 def test_smollm2_q4_weights_stay_packed(smollm2_q4):
-    """Every projection reads GGML blocks; a q4 step reads about a sixth of
-    the float32 model's weight bytes."""
-    from infini.ops.models.llama import QuantisedProjection
+    """Every projection reads GGML blocks, on the CPU interleaved (Q4_1 and
+    the Q8_0 head); a q4 step reads about a sixth of the float32 model's
+    weight bytes."""
+    from infini.ops.models.decoder import InterleavedProjection
 
     model = LlamaModel(smollm2_q4, max_seqs=1, max_seq_len=32, max_tokens=16)
     for layer in model.layers:
         for projection in (layer.qkv, layer.o_proj, layer.gate_up, layer.down_proj):
-            assert isinstance(projection, QuantisedProjection)
+            assert isinstance(projection, InterleavedProjection)
             assert projection.blocks.dtype == torch.uint8
-    assert isinstance(model.lm_head, QuantisedProjection)
+            assert projection.quant_type == 3
+    assert isinstance(model.lm_head, InterleavedProjection)
+    assert model.lm_head.quant_type == 8
     assert model.weight_bytes_per_token() < 100e6
 
 

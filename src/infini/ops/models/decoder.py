@@ -20,6 +20,9 @@ A checkpoint loaded with ``load_gguf(path, quantised=True)`` keeps its
 matrices as the file's GGML blocks (4-bit Q4_1 for SmolLM2): every
 projection is then `ggml_mul_mat_vec_a8` (a few rows) or `ggml_mul_mat_a8`
 (prefill), which read the packed blocks directly; activations stay float32.
+On the CPU the blocks of the 32-value types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0)
+are interleaved once at load time (`ggml_interleave`, eight rows side by
+side) and read by `ggml_mul_mat_interleaved_a8` (`InterleavedProjection`).
 Gemma-3's Q4_K_M file mixes Q4_K, Q5_0, Q6_K and Q8_0 matrices, even within
 one layer's query, key and value: parts of a fused projection with
 different types are products of their own (`ConcatenatedProjection`).
@@ -47,6 +50,12 @@ from .gguf_loader import LlamaCheckpoint, QuantisedMatrix, load_gguf
 from .kv_cache import PagedKVCache
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+# What `ggml_interleave` takes (`docs/behaviour.md`, "Interleaved GGML
+# weights"): the GGML codes of Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0, and row
+# counts in tiles of eight.
+INTERLEAVED_TYPES = (2, 3, 6, 7, 8)
+INTERLEAVED_ROWS = 8
 
 # Quantised products of at most this many rows take the matrix-vector
 # kernel (each weight block read once per row); more rows take the tiled
@@ -104,6 +113,24 @@ class QuantisedProjection:
         else:
             ops.ggml_mul_mat_a8(self.blocks, x, self.quant_type, self.rows, out)
 
+    def prepared(self):
+        """The projection to run: on a device with `ggml_interleave`, for
+        a type and row count it takes, a copy of the blocks interleaved
+        (`InterleavedProjection`; the checkpoint's arrays are left as they
+        are, another model may be built from them); otherwise this
+        projection."""
+        device = self.blocks.device.type
+        if (
+            self.quant_type not in INTERLEAVED_TYPES
+            or self.rows % INTERLEAVED_ROWS
+            or not ops.GgmlInterleave.active_implementation_indices(device)
+            or not ops.GgmlMulMatInterleavedA8.active_implementation_indices(device)
+        ):
+            return self
+        interleaved = torch.empty_like(self.blocks)
+        ops.ggml_interleave(self.blocks, self.quant_type, interleaved)
+        return InterleavedProjection(interleaved, self.quant_type, self.rows)
+
     def dequantize(self, dtype: torch.dtype) -> torch.Tensor:
         """The ``(rows, cols)`` float matrix of the blocks (`ggml_dequantize`,
         on the blocks' device)."""
@@ -112,6 +139,23 @@ class QuantisedProjection:
         )
         ops.ggml_dequantize(self.blocks, self.quant_type, self.rows, self.cols, out)
         return out
+
+    def nbytes(self) -> int:
+        return self.blocks.numel()
+
+
+class InterleavedProjection:
+    """A `QuantisedProjection` whose blocks were interleaved
+    (`ggml_interleave`): `ggml_mul_mat_interleaved_a8` at every token count
+    (eight rows' codes per vector instead of one row's)."""
+
+    def __init__(self, blocks: torch.Tensor, quant_type: int, rows: int) -> None:
+        self.blocks = blocks
+        self.quant_type = quant_type
+        self.rows = rows
+
+    def __call__(self, x: torch.Tensor, out: torch.Tensor) -> None:
+        ops.ggml_mul_mat_interleaved_a8(self.blocks, x, self.quant_type, self.rows, out)
 
     def nbytes(self) -> int:
         return self.blocks.numel()
@@ -151,15 +195,15 @@ def _fused_projection(matrices, dtype, device, on_host):
         first = matrices[0]
         return QuantisedProjection(
             QuantisedMatrix(stacked, first.quant_type, first.cols), device
-        )
+        ).prepared()
     return ConcatenatedProjection(
-        [QuantisedProjection(matrix, device) for matrix in matrices]
+        [QuantisedProjection(matrix, device).prepared() for matrix in matrices]
     )
 
 
 def _projection(matrix, dtype, device, on_host):
     if isinstance(matrix, QuantisedMatrix):
-        return QuantisedProjection(matrix, device)
+        return QuantisedProjection(matrix, device).prepared()
     return DenseProjection(_to_device_dtype(matrix, dtype, device, on_host))
 
 
@@ -374,7 +418,7 @@ class DecoderModel:
         if not config.tie_word_embeddings:
             self.lm_head = _projection(checkpoint.lm_head, dtype, device, on_host)
         elif isinstance(embed, QuantisedMatrix):
-            self.lm_head = embed_blocks
+            self.lm_head = embed_blocks.prepared()
         else:
             self.lm_head = DenseProjection(self.embed_tokens)
         # One rotary table per distinct base (a Gemma's local and global

@@ -988,28 +988,15 @@ def _lane_sums(builder, codes, x_address, signed=False):
         )
     if not signed:
         return _madd(builder, codes, x)
-    # Signed codes: both widened to 16 bits, adjacent pairs multiplied and
-    # summed (`pmaddwd`) in each half, the halves added.
-    words = _vector_type(_I16, 32)
-    half_words = _vector_type(_I16, 16)
-    pairs = _declare(
-        builder, _MADD[32][1], _vector_type(_I32, 8), [half_words, half_words]
-    )
-    sums = [
-        builder.call(
-            pairs,
-            [
-                builder.shuffle_vector(
-                    wide,
-                    wide,
-                    ir.Constant(_vector_type(_I32, 16), list(range(start, start + 16))),
-                )
-                for wide in (builder.sext(codes, words), builder.sext(x, words))
-            ],
-        )
-        for start in (0, 16)
-    ]
-    return builder.add(sums[0], sums[1])
+    # Signed codes: the sign moves from each code to its activation
+    # (``q * x = |q| * (sign(q) x)``, `psignb`), so the unsigned-by-signed
+    # byte multiply-add takes them: |q| <= 128 (-128 reads as the unsigned
+    # 128) times activations of at most 127 in magnitude stays within the
+    # 16-bit pair sums. Four instructions where widening both to 16 bits
+    # takes nine.
+    sign = _declare(builder, "llvm.x86.avx2.psign.b", codes.type, [codes.type] * 2)
+    magnitudes = builder.call(sign, [codes, codes])
+    return _madd(builder, magnitudes, builder.call(sign, [x, codes]))
 
 
 def _load_scalar(builder, address, scalar_type):
@@ -1357,6 +1344,28 @@ def quantize_activations(x, start, cols, load, codes, at, scales, block_sums, su
         block_sums[k + group] = d * np.float32(low + high)
 
 
+@helper
+def quantize_tokens(
+    x, x_stride, cols, load, codes, scales, block_sums, sums, first, last
+):
+    """`quantize_activations` of tokens `first` to `last` (rows `x_stride`
+    apart), each into its own stretch of the scratch."""
+    groups = cols // ACTIVATION_BLOCK
+    for token in range(first, last):
+        quantize_activations(
+            x,
+            token * x_stride,
+            cols,
+            load,
+            codes,
+            token * cols,
+            scales,
+            block_sums,
+            sums,
+            token * groups,
+        )
+
+
 def _row_total(quant_type):
     """``row_total(source, x_codes, blocks, scales, block_sums, sums,
     group)``: the dot product of the weight row at `source` (`blocks`
@@ -1424,6 +1433,9 @@ def _row_total(quant_type):
 # Output rows computed together for one token: their weight rows stay in
 # the L1 cache while every token passes over them.
 TILE_ROWS = 8
+# Tokens up to which a product quantises its activations on the calling
+# thread (a decode batch: at most 8 x 2,048 values, a few microseconds).
+SERIAL_QUANTIZE_TOKENS = 8
 
 
 @cache
@@ -1466,19 +1478,18 @@ def product_kernel(quant_type: int, dtype: str, parallel: bool):
         scales = element_array(scales_address, tokens * groups, np.float32)
         block_sums = element_array(block_sums_address, tokens * groups, np.float32)
         sums = element_array(sums_address, 2 * tokens * groups, np.int32)
-        for token in prange(tokens):
-            quantize_activations(
-                x,
-                token * x_stride,
-                cols,
-                load,
-                codes,
-                token * cols,
-                scales,
-                block_sums,
-                sums,
-                token * groups,
+        if tokens <= SERIAL_QUANTIZE_TOKENS:
+            # A few tokens quantise in less time than a parallel region
+            # takes to open: the products' region is then the call's only.
+            quantize_tokens(
+                x, x_stride, cols, load, codes, scales, block_sums, sums, 0, tokens
             )
+        else:
+            for token in prange(tokens):
+                quantize_tokens(
+                    x, x_stride, cols, load, codes, scales, block_sums, sums,
+                    token, token + 1,
+                )  # fmt: skip
         blocks = cols // block_elements
         tiles = (rows + tile_rows - 1) // tile_rows
         for chunk in prange(chunks):
@@ -1753,6 +1764,12 @@ class TiledProductPlan:
             self.round = round_rows_kernel(out.dtype)
         self.quantize_tail = (tokens, cols, self.values.ctypes.data)
 
+    def panel_source(self, weight_address: int, first: int, count: int):
+        """The address and row stride (bytes) of weight rows `first` to
+        ``first + count`` in the file's layout."""
+        del count  # Read in place.
+        return weight_address + first * self.weight_stride, self.weight_stride
+
     def launch(self, weight, x, out) -> None:
         if self.empty:
             return
@@ -1761,16 +1778,16 @@ class TiledProductPlan:
         panel_address = panel.ctypes.data
         rows, cols, step = self.rows, self.cols, self.panel_rows
         weight_address = weight.data_ptr()
-        weight_stride = self.weight_stride
         dequantize = self.dequantize
         out_address = out.data_ptr()
         if self.direct:
             target = self.out_view.raw(out_address)
         for first in range(0, rows, step):
             count = min(step, rows - first)
+            source, source_stride = self.panel_source(weight_address, first, count)
             dequantize(
-                weight_address + first * weight_stride,
-                weight_stride,
+                source,
+                source_stride,
                 panel_address,
                 cols,
                 count,

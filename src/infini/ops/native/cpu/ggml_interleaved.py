@@ -1,0 +1,688 @@
+"""The interleaved GGML layout on the CPU (`ggml_interleave`,
+`ggml_mul_mat_interleaved_a8`; the layout is described in
+`infini.ops.base.ggml_interleave`).
+
+In the file's layout a weight row's blocks follow each other, so a product
+reduces each block's integer sums to one number before it can apply the
+block's scale: about 17 instructions per 32 weights of Q4_1 on AVX2, and
+the products run at 8 to 9 GB/s per core, short of the memory. With eight
+rows side by side, four bytes of each row's codes fill one 32-byte
+vector: one byte multiply-add against four broadcast activation codes
+leaves every row's partial sum in its own lane, the eight rows' scales load
+as one vector of halves, and the eight results leave the loop as one float
+vector, with no horizontal sum at all: about 6 instructions per 32 weights.
+
+The tokens of a product (up to `TILED_MIN_TOKENS`) share each block's
+unpacked codes: the token loop is inside the block loop, and each token's
+eight running sums live in a small float32 scratch. From
+`TILED_MIN_TOKENS` tokens the product is the tiled BLAS path of
+`infini.ops.native.cpu.ggml`, over panels put back into the file's layout
+first.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from functools import cache
+
+import numpy as np
+from llvmlite import ir
+from numba import prange, types
+from numba.extending import intrinsic
+
+from infini.ops.base._ggml import (
+    ACTIVATION_BLOCK,
+    GGML_TYPES,
+    INTERLEAVED_ROWS,
+    Q4_0,
+    Q4_1,
+    Q5_0,
+    Q5_1,
+    Q8_0,
+    row_bytes,
+)
+
+from .dtype_io import loader, storer
+from .ggml import (
+    _F32,
+    _I8,
+    _I16,
+    _I32,
+    _MADD,
+    CHUNKS_PER_THREAD,
+    PARALLEL_WORK,
+    SERIAL_QUANTIZE_TOKENS,
+    TILED_MIN_TOKENS,
+    TiledProductPlan,
+    _constant_splat,
+    _declare,
+    _integers,
+    _load_vector,
+    _offset,
+    _splat,
+    quantize_tokens,
+    x86_madd_instructions,
+)
+from .jit import kernel
+from .memory import STORAGE, element_array
+
+
+class TileLayout:
+    """Where the fields of one row's block are (the file's layout) and how
+    many bytes of codes it has: `minimum` and `high_bits` are byte offsets
+    or None; `offset` is the code offset of the formats without a minimum
+    (``d * (q - offset)``); `signed` codes are Q8_0's."""
+
+    def __init__(self, quant_type, minimum, high_bits, codes, offset, signed=False):
+        entry = GGML_TYPES[quant_type]
+        self.block_bytes = entry.block_bytes
+        self.minimum, self.high_bits, self.codes = minimum, high_bits, codes
+        self.code_bytes = entry.block_bytes - codes
+        self.offset, self.signed = offset, signed
+        rows = INTERLEAVED_ROWS
+        # Offsets in a tile block (the eight rows' blocks of one column).
+        self.tile_minimum = 2 * rows
+        self.tile_high_bits = self.tile_minimum + (2 * rows if minimum else 0)
+        self.tile_codes = self.tile_high_bits + (4 * rows if high_bits else 0)
+        # Four codes of each row per step.
+        self.steps = self.code_bytes // 4
+        self.quant_type = quant_type
+
+    def __repr__(self) -> str:
+        # Stable across processes: the kernels' cache keys hold it.
+        return f"TileLayout({GGML_TYPES[self.quant_type].name})"
+
+
+TILE_LAYOUTS = {
+    Q4_0: TileLayout(Q4_0, None, None, 2, 8),
+    Q4_1: TileLayout(Q4_1, 2, None, 4, 0),
+    Q5_0: TileLayout(Q5_0, None, 2, 6, 16),
+    Q5_1: TileLayout(Q5_1, 2, 4, 8, 0),
+    Q8_0: TileLayout(Q8_0, None, None, 2, 0, signed=True),
+}
+
+
+# The high bits, rearranged: bit ``b`` of byte ``i`` of a row's word is the
+# high bit of value ``4 b + i`` (``b < 4``) or ``16 + 4 (b - 4) + i``: the
+# bits that one step of four codes needs are one shift away in every byte.
+_HIGH_BIT_SOURCE = np.array(
+    [4 * b + i if b < 4 else 16 + 4 * (b - 4) + i for i in range(4) for b in range(8)]
+)
+_HIGH_BIT_TARGET = np.argsort(_HIGH_BIT_SOURCE)
+
+
+def _rearrange_bits(words: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """Each little-endian 32-bit word (the last axis, four bytes) with bit
+    ``k`` taken from bit ``order[k]``."""
+    bits = np.unpackbits(words, axis=-1, bitorder="little")
+    return np.packbits(bits[..., order], axis=-1, bitorder="little")
+
+
+def interleave(blocks: np.ndarray, quant_type: int) -> np.ndarray:
+    """The interleaved form of a ``(rows, row_bytes)`` uint8 array of
+    `quant_type` blocks (rows a multiple of `INTERLEAVED_ROWS`)."""
+    layout = TILE_LAYOUTS[quant_type]
+    rows, width = blocks.shape
+    n = INTERLEAVED_ROWS
+    count = width // layout.block_bytes
+    grouped = blocks.reshape(rows // n, n, count, layout.block_bytes).transpose(
+        0, 2, 1, 3
+    )
+    tiles, _, _, _ = grouped.shape
+    parts = [grouped[..., 0:2]]
+    if layout.minimum is not None:
+        parts.append(grouped[..., layout.minimum : layout.minimum + 2])
+    if layout.high_bits is not None:
+        words = grouped[..., layout.high_bits : layout.high_bits + 4]
+        parts.append(_rearrange_bits(words, _HIGH_BIT_SOURCE))
+    parts = [part.reshape(tiles, count, -1) for part in parts]
+    codes = grouped[..., layout.codes :].reshape(tiles, count, n, layout.steps, 4)
+    parts.append(codes.transpose(0, 1, 3, 2, 4).reshape(tiles, count, -1))
+    return np.concatenate(parts, axis=-1).reshape(rows, width)
+
+
+def deinterleave(tiles: np.ndarray, quant_type: int, out: np.ndarray) -> None:
+    """`interleave`'s inverse: the file's layout of the interleaved
+    ``(rows, row_bytes)`` uint8 `tiles` into `out` (the same shape)."""
+    layout = TILE_LAYOUTS[quant_type]
+    rows, width = tiles.shape
+    n = INTERLEAVED_ROWS
+    count = width // layout.block_bytes
+    blocks = tiles.reshape(rows // n, count, n * layout.block_bytes)
+    target = out.reshape(rows // n, n, count, layout.block_bytes).transpose(0, 2, 1, 3)
+    target[..., 0:2] = blocks[..., : 2 * n].reshape(-1, count, n, 2)
+    if layout.minimum is not None:
+        start = layout.tile_minimum
+        target[..., layout.minimum : layout.minimum + 2] = blocks[
+            ..., start : start + 2 * n
+        ].reshape(-1, count, n, 2)
+    if layout.high_bits is not None:
+        start = layout.tile_high_bits
+        words = blocks[..., start : start + 4 * n].reshape(-1, count, n, 4)
+        target[..., layout.high_bits : layout.high_bits + 4] = _rearrange_bits(
+            words, _HIGH_BIT_TARGET
+        )
+    codes = blocks[..., layout.tile_codes :].reshape(-1, count, layout.steps, n, 4)
+    target[..., layout.codes :] = codes.transpose(0, 1, 3, 2, 4).reshape(
+        -1, count, n, layout.code_bytes
+    )
+
+
+# Vector IR of the tile product.
+
+_LANES = INTERLEAVED_ROWS
+
+
+def _pair_products(builder, codes, x, signed):
+    """The 16 sums of adjacent pairs of ``codes[j] * x[j]`` (32 i8 each;
+    `codes` unsigned below 32 or, `signed`, any int8; `x` in -127..127), as
+    i16: `pmaddubsw` on x86 (signed codes through their magnitudes,
+    `psignb`), else widened products added in pairs."""
+    if x86_madd_instructions():
+        if signed:
+            sign = _declare(
+                builder, "llvm.x86.avx2.psign.b", codes.type, [codes.type] * 2
+            )
+            x = builder.call(sign, [x, codes])
+            codes = builder.call(sign, [codes, codes])
+        words = ir.VectorType(_I16, 16)
+        function = _declare(builder, _MADD[32][0], words, [codes.type, x.type])
+        return builder.call(function, [codes, x])
+    wide = ir.VectorType(_I16, 32)
+    widened = builder.sext(codes, wide) if signed else builder.zext(codes, wide)
+    products = builder.mul(widened, builder.sext(x, wide))
+    return _add_pairs(builder, products, 16)
+
+
+def _add_pairs(builder, vector, count):
+    """Adjacent pairs of `vector` added: `count` lanes."""
+    even, odd = (
+        builder.shuffle_vector(
+            vector,
+            vector,
+            ir.Constant(ir.VectorType(_I32, count), list(range(start, 2 * count, 2))),
+        )
+        for start in (0, 1)
+    )
+    return builder.add(even, odd)
+
+
+def _word_pairs(builder, words):
+    """The eight i32 sums of adjacent pairs of 16 i16 (`pmaddwd` by ones)."""
+    lanes = ir.VectorType(_I32, _LANES)
+    if x86_madd_instructions():
+        function = _declare(builder, _MADD[32][1], lanes, [words.type, words.type])
+        return builder.call(function, [words, _constant_splat(_I16, 16, 1)])
+    return _add_pairs(builder, builder.sext(words, ir.VectorType(_I32, 16)), _LANES)
+
+
+def _broadcast_word(builder, address):
+    """The four bytes at `address` repeated over 32 bytes."""
+    word = builder.load(builder.inttoptr(address, _I32.as_pointer()), align=1)
+    return builder.bitcast(_splat(builder, word, 8), ir.VectorType(_I8, 32))
+
+
+def _halves(builder, address):
+    """Eight halves at `address` as float32."""
+    vector = builder.load(
+        builder.inttoptr(address, ir.VectorType(ir.HalfType(), _LANES).as_pointer()),
+        align=1,
+    )
+    return builder.fpext(vector, ir.VectorType(_F32, _LANES))
+
+
+def _tile_codes(builder, layout, block):
+    """The unpacked codes of a tile block: per step, the codes that meet
+    the activations at ``4 step`` and, for 4-bit formats, at ``16 + 4
+    step`` (32 i8 each, four per row)."""
+    codes = []
+    if layout.high_bits is not None:
+        high = _load_vector(
+            builder, _offset(builder, block, layout.tile_high_bits), _I8, 32
+        )
+    for step in range(layout.steps if layout.signed else 4):
+        packed = _load_vector(
+            builder, _offset(builder, block, layout.tile_codes + 32 * step), _I8, 32
+        )
+        if layout.signed:
+            codes.append((packed,))
+            continue
+        low = builder.and_(packed, _constant_splat(_I8, 32, 15))
+        top = builder.lshr(packed, _constant_splat(_I8, 32, 4))
+        if layout.high_bits is not None:
+            bit = _constant_splat(_I8, 32, 16)
+            low = builder.or_(
+                low,
+                builder.and_(
+                    builder.shl(high, _constant_splat(_I8, 32, 4 - step)), bit
+                ),
+            )
+            top = builder.or_(
+                top,
+                builder.and_(builder.lshr(high, _constant_splat(_I8, 32, step)), bit),
+            )
+        codes.append((low, top))
+    return codes
+
+
+def _token_sums(builder, layout, codes, x):
+    """The eight rows' int32 sums of codes times activation codes (at `x`,
+    the block's 32) of one token: 16-bit pair sums added while they cannot
+    overflow (8 of them for 4-bit codes, 4 for 5-bit, 1 for Q8_0)."""
+    per_flush = 1 if layout.signed else (8 if layout.high_bits is None else 4)
+    total = None
+    pending = None
+    count = 0
+    for step, step_codes in enumerate(codes):
+        starts = (4 * step,) if layout.signed else (4 * step, 16 + 4 * step)
+        for values, start in zip(step_codes, starts, strict=True):
+            product = _pair_products(
+                builder,
+                values,
+                _broadcast_word(builder, _offset(builder, x, start)),
+                layout.signed,
+            )
+            pending = product if pending is None else builder.add(pending, product)
+            count += 1
+            if count == per_flush:
+                lanes = _word_pairs(builder, pending)
+                total = lanes if total is None else builder.add(total, lanes)
+                pending, count = None, 0
+    if pending is not None:
+        lanes = _word_pairs(builder, pending)
+        total = lanes if total is None else builder.add(total, lanes)
+    return total
+
+
+class _TileTerms:
+    """IR of one tile block's terms for one token: each ``(values,
+    factors)`` pair of float vectors is to be multiplied and added to the
+    token's eight running sums."""
+
+    def __init__(self, layout, builder, arguments):
+        self.layout, self.builder = layout, builder
+        self.tile, _, _, self.x, self.cols, self.scales, self.sums = arguments[:7]
+        self.block_sums = arguments[7]
+        self.groups = builder.sdiv(self.cols, _i64(ACTIVATION_BLOCK))
+
+    def block(self, index):
+        """Loads and unpacks tile block `index` (kept for `terms`)."""
+        builder, layout = self.builder, self.layout
+        self.index = index
+        address = builder.add(
+            self.tile, builder.mul(index, _i64(INTERLEAVED_ROWS * layout.block_bytes))
+        )
+        self.scale = _halves(builder, address)
+        self.minimum = None
+        if layout.minimum is not None:
+            self.minimum = _halves(
+                builder, _offset(builder, address, layout.tile_minimum)
+            )
+        self.codes = _tile_codes(builder, layout, address)
+
+    def _group_scalar(self, base, group, scalar_type, size):
+        builder = self.builder
+        address = builder.add(base, builder.mul(group, _i64(size)))
+        return builder.load(
+            builder.inttoptr(address, scalar_type.as_pointer()), align=size
+        )
+
+    def terms(self, token):
+        builder, layout = self.builder, self.layout
+        group = builder.add(builder.mul(token, self.groups), self.index)
+        x = builder.add(
+            self.x,
+            builder.add(
+                builder.mul(token, self.cols),
+                builder.mul(self.index, _i64(ACTIVATION_BLOCK)),
+            ),
+        )
+        lanes = _token_sums(builder, layout, self.codes, x)
+        if layout.offset:
+            # sum((q - offset) * x) = sum(q * x) - offset * sum(x).
+            pair = self._group_scalar(self.sums, group, ir.VectorType(_I32, 2), 8)
+            code_sum = builder.add(
+                builder.extract_element(pair, _I32(0)),
+                builder.extract_element(pair, _I32(1)),
+            )
+            offset = builder.mul(code_sum, _I32(layout.offset))
+            lanes = builder.sub(lanes, _splat(builder, offset, _LANES))
+        x_scale = self._group_scalar(self.scales, group, _F32, 4)
+        result = [
+            (
+                builder.sitofp(lanes, _FLOATS),
+                builder.fmul(self.scale, _splat(builder, x_scale, _LANES)),
+            )
+        ]
+        if self.minimum is not None:
+            block_sum = self._group_scalar(self.block_sums, group, _F32, 4)
+            result.append((self.minimum, _splat(builder, block_sum, _LANES)))
+        return result
+
+
+_FLOATS = ir.VectorType(_F32, _LANES)
+
+
+def _i64(value):
+    return ir.Constant(ir.IntType(64), value)
+
+
+def _counted_loop(builder, count, name):
+    """Opens a loop of `count` (> 0) iterations: returns the index phi, the
+    loop's first block and the block the loop branches to at the end."""
+    before = builder.block
+    body = builder.append_basic_block(name)
+    after = builder.append_basic_block(f"{name}_done")
+    builder.branch(body)
+    builder.position_at_end(body)
+    index = builder.phi(ir.IntType(64))
+    index.add_incoming(_i64(0), before)
+    return index, body, after
+
+
+def _close_loop(builder, index, count, body, after):
+    following = builder.add(index, _i64(1))
+    index.add_incoming(following, builder.block)
+    builder.cbranch(builder.icmp_signed("<", following, count), body, after)
+    builder.position_at_end(after)
+
+
+def _fmuladd(builder):
+    return _declare(builder, f"llvm.fmuladd.v{_LANES}f32", _FLOATS, [_FLOATS] * 3)
+
+
+def _one_token(builder, terms, blocks, acc):
+    """The loop for one token: the running sums stay in registers (one per
+    term, so each multiply-add waits only on its own), added to `acc` at
+    the end."""
+    fmuladd = _fmuladd(builder)
+    zero = ir.Constant(_FLOATS, [0.0] * _LANES)
+    before = builder.block
+    index, body, after = _counted_loop(builder, blocks, "tile_one")
+    count = 2 if terms.layout.minimum is not None else 1
+    running = [builder.phi(_FLOATS) for _ in range(count)]
+    for phi in running:
+        phi.add_incoming(zero, before)
+    terms.block(index)
+    updated = [
+        builder.call(fmuladd, [values, factors, phi])
+        for (values, factors), phi in zip(terms.terms(_i64(0)), running, strict=True)
+    ]
+    end = builder.block
+    for phi, value in zip(running, updated, strict=True):
+        phi.add_incoming(value, end)
+    _close_loop(builder, index, blocks, body, after)
+    total = updated[0]
+    for value in updated[1:]:
+        total = builder.fadd(total, value)
+    pointer = builder.inttoptr(acc, _FLOATS.as_pointer())
+    builder.store(builder.fadd(builder.load(pointer, align=4), total), pointer, align=4)
+
+
+def _several_tokens(builder, terms, blocks, tokens, acc):
+    """The loop for several tokens: each block is unpacked once, then every
+    token's terms are added to its running sums in `acc`."""
+    fmuladd = _fmuladd(builder)
+    index, body, after = _counted_loop(builder, blocks, "tile_blocks")
+    terms.block(index)
+    token, token_body, token_after = _counted_loop(builder, tokens, "tile_tokens")
+    pointer = builder.inttoptr(
+        builder.add(acc, builder.mul(token, _i64(4 * _LANES))), _FLOATS.as_pointer()
+    )
+    running = builder.load(pointer, align=4)
+    for values, factors in terms.terms(token):
+        running = builder.call(fmuladd, [values, factors, running])
+    builder.store(running, pointer, align=4)
+    _close_loop(builder, token, tokens, token_body, token_after)
+    _close_loop(builder, index, blocks, body, after)
+
+
+def _tile_dot(quant_type):
+    layout = TILE_LAYOUTS[quant_type]
+
+    @intrinsic
+    def tile_dot(
+        typingctx, tile, blocks, tokens, x, cols, scales, sums, block_sums, acc
+    ):
+        """Adds to `acc` (float32, eight per token) the eight rows' dot
+        products of the tile at `tile` (`blocks` tile blocks) with each
+        token's activation codes (`x`, `cols` per token) and groups
+        (`scales`, `sums`, `block_sums`: `quantize_activations`' scratch,
+        ``cols / 32`` groups per token)."""
+        arguments = (tile, blocks, tokens, x, cols, scales, sums, block_sums, acc)
+        if not _integers(*arguments):
+            return None
+
+        def codegen(context, builder, signature, args):
+            values = [
+                context.cast(builder, value, value_type, types.int64)
+                for value, value_type in zip(args, signature.args, strict=True)
+            ]
+            blocks, tokens, acc = values[1], values[2], values[8]
+            terms = _TileTerms(layout, builder, values)
+            one = builder.append_basic_block("tile_one_token")
+            several = builder.append_basic_block("tile_several_tokens")
+            done = builder.append_basic_block("tile_done")
+            check = builder.append_basic_block("tile_check_tokens")
+            builder.cbranch(builder.icmp_signed(">", blocks, _i64(0)), check, done)
+            builder.position_at_end(check)
+            choice = builder.icmp_signed("==", tokens, _i64(1))
+            many = builder.append_basic_block("tile_any_tokens")
+            builder.cbranch(choice, one, many)
+            builder.position_at_end(many)
+            builder.cbranch(builder.icmp_signed(">", tokens, _i64(1)), several, done)
+            builder.position_at_end(one)
+            _one_token(builder, terms, blocks, acc)
+            builder.branch(done)
+            builder.position_at_end(several)
+            _several_tokens(builder, terms, blocks, tokens, acc)
+            builder.branch(done)
+            builder.position_at_end(done)
+            return _i64(0)
+
+        return types.int64(*arguments), codegen
+
+    return tile_dot
+
+
+TILE_DOT = {quant_type: _tile_dot(quant_type) for quant_type in TILE_LAYOUTS}
+
+
+@cache
+def interleaved_product_kernel(quant_type: int, dtype: str, parallel: bool):
+    """``run(weight, x, x_stride, out, out_stride, tokens, rows, cols, codes,
+    scales, block_sums, sums, acc, chunks)``: ``out[t, r]`` for the first
+    `rows` rows of the interleaved weight at `weight` (addresses; strides
+    in elements), the tiles split into `chunks` parallel chunks. `codes`,
+    `scales`, `block_sums` and `sums` are the quantised activations'
+    scratch (as `ggml.product_kernel`'s), `acc` float32 scratch of ``chunks
+    * tokens * 8``."""
+    tile_dot = TILE_DOT[quant_type]
+    storage = STORAGE[dtype]
+    load = loader(dtype)
+    store = storer(dtype)
+    tile_rows = INTERLEAVED_ROWS
+    block_elements = GGML_TYPES[quant_type].block_elements
+    block_bytes = GGML_TYPES[quant_type].block_bytes
+
+    def run(
+        weight,
+        x_address,
+        x_stride,
+        out_address,
+        out_stride,
+        tokens,
+        rows,
+        cols,
+        codes_address,
+        scales_address,
+        block_sums_address,
+        sums_address,
+        acc_address,
+        chunks,
+    ):
+        groups = cols // ACTIVATION_BLOCK
+        x = element_array(x_address, (tokens - 1) * x_stride + cols, storage)
+        out = element_array(out_address, (tokens - 1) * out_stride + rows, storage)
+        codes = element_array(codes_address, tokens * cols, np.int8)
+        scales = element_array(scales_address, tokens * groups, np.float32)
+        block_sums = element_array(block_sums_address, tokens * groups, np.float32)
+        sums = element_array(sums_address, 2 * tokens * groups, np.int32)
+        acc = element_array(acc_address, chunks * tokens * tile_rows, np.float32)
+        if tokens <= SERIAL_QUANTIZE_TOKENS:
+            quantize_tokens(
+                x, x_stride, cols, load, codes, scales, block_sums, sums, 0, tokens
+            )
+        else:
+            for token in prange(tokens):
+                quantize_tokens(
+                    x, x_stride, cols, load, codes, scales, block_sums, sums,
+                    token, token + 1,
+                )  # fmt: skip
+        blocks = cols // block_elements
+        tile_bytes = tile_rows * blocks * block_bytes
+        tiles = (rows + tile_rows - 1) // tile_rows
+        for chunk in prange(chunks):
+            first_sum = chunk * tokens * tile_rows
+            sums_at = acc_address + 4 * first_sum
+            for tile in range(chunk * tiles // chunks, (chunk + 1) * tiles // chunks):
+                for j in range(tokens * tile_rows):
+                    acc[first_sum + j] = 0
+                tile_dot(
+                    weight + tile * tile_bytes,
+                    blocks,
+                    tokens,
+                    codes_address,
+                    cols,
+                    scales_address,
+                    sums_address,
+                    block_sums_address,
+                    sums_at,
+                )
+                first = tile * tile_rows
+                count = min(tile_rows, rows - first)
+                for token in range(tokens):
+                    for j in range(count):
+                        store(
+                            out,
+                            token * out_stride + first + j,
+                            acc[first_sum + token * tile_rows + j],
+                        )
+        return 0
+
+    return kernel(run, parallel=parallel)
+
+
+class InterleavedProductPlan:
+    """The launch of an interleaved product of fewer than
+    `TILED_MIN_TOKENS` tokens for one geometry: the kernel, the strides and
+    the scratch (one operator per thread, so never shared)."""
+
+    def __init__(self, quant_type: int, weight, x, out, rows: int) -> None:
+        import numba
+
+        tokens, cols = x.shape
+        groups = cols // ACTIVATION_BLOCK
+        work = rows * row_bytes(quant_type, cols) * tokens
+        tiles = -(-rows // INTERLEAVED_ROWS)
+        parallel = work >= PARALLEL_WORK and tiles > 1
+        chunks = (
+            min(tiles, CHUNKS_PER_THREAD * numba.get_num_threads()) if parallel else 1
+        )
+        self.codes = np.zeros(max(1, tokens * cols), np.int8)
+        self.scales = np.zeros(max(1, tokens * groups), np.float32)
+        self.block_sums = np.zeros(max(1, tokens * groups), np.float32)
+        self.sums = np.zeros(max(1, 2 * tokens * groups), np.int32)
+        self.acc = np.zeros(max(1, chunks * tokens * INTERLEAVED_ROWS), np.float32)
+        self.empty = tokens == 0 or rows == 0
+        self.run = interleaved_product_kernel(quant_type, x.dtype, parallel)
+        self.x_stride = x.strides[0]
+        self.out_stride = out.strides[0]
+        self.tail = (
+            tokens,
+            rows,
+            cols,
+            self.codes.ctypes.data,
+            self.scales.ctypes.data,
+            self.block_sums.ctypes.data,
+            self.sums.ctypes.data,
+            self.acc.ctypes.data,
+            chunks,
+        )
+
+    def launch(self, weight, x, out) -> None:
+        if not self.empty:
+            self.run(
+                weight.data_ptr(),
+                x.data_ptr(),
+                self.x_stride,
+                out.data_ptr(),
+                self.out_stride,
+                *self.tail,
+            )
+
+
+class InterleavedTiledPlan(TiledProductPlan):
+    """`TiledProductPlan` over an interleaved weight: each panel (whole
+    tiles) is put back into the file's layout (`deinterleave`) in a byte
+    scratch, then dequantised from there."""
+
+    def __init__(self, quant_type: int, weight, x, out, rows: int) -> None:
+        super().__init__(quant_type, weight, x, out, rows)
+        n = INTERLEAVED_ROWS
+        self.panel_rows = max(n, self.panel_rows // n * n)
+        self.quant_type = quant_type
+        self.row_bytes = row_bytes(quant_type, self.cols)
+        self.file_rows = np.zeros((self.panel_rows, self.row_bytes), np.uint8)
+
+    def panel_source(self, weight_address: int, first: int, count: int):
+        n = INTERLEAVED_ROWS
+        whole = -(-count // n) * n
+        tiles = byte_rows(
+            weight_address + first * self.row_bytes, whole, self.row_bytes
+        )
+        target = self.file_rows[:whole]
+        deinterleave(tiles, self.quant_type, target)
+        return target.ctypes.data, self.row_bytes
+
+
+def byte_rows(address: int, rows: int, width: int) -> np.ndarray:
+    """The ``(rows, width)`` bytes at `address` as a NumPy array."""
+    memory = (ctypes.c_uint8 * (rows * width)).from_address(address)
+    return np.ctypeslib.as_array(memory).reshape(rows, width)
+
+
+def interleaved_plan(quant_type: int, weight, x, out, rows: int):
+    """`InterleavedTiledPlan` from `TILED_MIN_TOKENS` tokens, else
+    `InterleavedProductPlan` (the same product)."""
+    tiled = x.shape[0] >= TILED_MIN_TOKENS
+    kind = InterleavedTiledPlan if tiled else InterleavedProductPlan
+    return kind(quant_type, weight, x, out, rows)
+
+
+def precompile_interleaved() -> int:
+    """Runs `infini.ops.ggml_mul_mat_interleaved_a8` on small and large
+    (parallel) weights of each interleaved type for each activation dtype,
+    with few tokens (the tile kernels) and `TILED_MIN_TOKENS` (the tiled
+    path)."""
+    import torch
+
+    import infini.ops
+    from infini.ops.base._ggml import FLOAT_DTYPES, INTERLEAVED_TYPES
+
+    calls = 0
+    for quant_type in INTERLEAVED_TYPES:
+        for rows, cols, tokens in (
+            (8, 256, 2),
+            (1024, 512, 2),
+            (8, 256, TILED_MIN_TOKENS),
+        ):
+            weight = torch.zeros(rows, row_bytes(quant_type, cols), dtype=torch.uint8)
+            for name in FLOAT_DTYPES:
+                x = torch.zeros(tokens, cols, dtype=getattr(torch, name))
+                out = torch.empty(tokens, rows, dtype=x.dtype)
+                infini.ops.ggml_mul_mat_interleaved_a8(
+                    weight, x, quant_type, rows, out, implementation_index=0
+                )
+                calls += 1
+    return calls

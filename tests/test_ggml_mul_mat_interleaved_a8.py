@@ -1,0 +1,145 @@
+import pytest
+import torch
+
+import infini.ops
+from tests._ggml import FLOAT_DTYPES, blocks, check_product, dequantized
+
+TYPES = (2, 3, 6, 7, 8)
+
+
+def _interleaved(weight, quant_type):
+    out = torch.empty_like(weight)
+    infini.ops.ggml_interleave(weight, quant_type, out)
+    return out
+
+
+def _run(weight, x, quant_type, row, out, implementation_index):
+    infini.ops.ggml_mul_mat_interleaved_a8(
+        weight, x, quant_type, row, out, implementation_index=implementation_index
+    )
+
+
+@pytest.mark.parametrize("quant_type", TYPES)
+# One token (registers), a decode batch, past the serial quantisation, the
+# tiled BLAS path (16 and more).
+@pytest.mark.parametrize("tokens", (1, 3, 8, 12, 16, 21))
+def test_ggml_mul_mat_interleaved_a8(quant_type, tokens, device, implementation_index):
+    cols = 320
+    weight = blocks(quant_type, 40, cols, seed=quant_type + tokens)
+    x = torch.randn(tokens, cols)
+    out = torch.full((tokens, 40), float("nan"))
+    _run(_interleaved(weight, quant_type), x, quant_type, 40, out, implementation_index)
+    check_product(out, x, dequantized(weight, quant_type))
+
+
+@pytest.mark.parametrize("quant_type", (3, 6, 8))
+@pytest.mark.parametrize("tokens", (2, 17))
+def test_ggml_mul_mat_interleaved_a8_partial_tile_and_strided_out(
+    quant_type, tokens, device, implementation_index
+):
+    # `row` ends inside a tile; `out` is a column slice of a wider buffer;
+    # a large weight takes the parallel kernel.
+    rows, cols = 2048, 512
+    weight = blocks(quant_type, rows, cols, seed=5)
+    x = torch.randn(tokens, cols)
+    wide = torch.full((tokens, rows + 9), float("nan"))
+    row = rows - 5
+    _run(
+        _interleaved(weight, quant_type),
+        x,
+        quant_type,
+        row,
+        wide[:, 3 : 3 + row],
+        implementation_index,
+    )
+    check_product(wide[:, 3 : 3 + row], x, dequantized(weight[:row], quant_type))
+    assert torch.isnan(wide[:, :3]).all() and torch.isnan(wide[:, 3 + row :]).all()
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES[1:])
+@pytest.mark.parametrize("tokens", (1, 16))
+def test_ggml_mul_mat_interleaved_a8_16_bit(
+    dtype, tokens, device, implementation_index
+):
+    weight = blocks(6, 16, 256, seed=3)
+    x = torch.randn(tokens, 256).to(dtype)
+    out = torch.full((tokens, 16), float("nan"), dtype=dtype)
+    _run(_interleaved(weight, 6), x, 6, 16, out, implementation_index)
+    check_product(out, x, dequantized(weight, 6))
+
+
+@pytest.mark.parametrize("quant_type", (3, 8))
+def test_ggml_mul_mat_interleaved_a8_matches_the_file_layout(
+    quant_type, device, implementation_index
+):
+    # The same activation quantisation and the same integer sums as
+    # `ggml_mul_mat_vec_a8` on the weight before interleaving: the results
+    # differ only by float32 rounding.
+    weight = blocks(quant_type, 64, 512, seed=8)
+    x = torch.randn(4, 512)
+    ours = torch.empty(4, 64)
+    plain = torch.empty(4, 64)
+    _run(
+        _interleaved(weight, quant_type), x, quant_type, 64, ours, implementation_index
+    )
+    infini.ops.ggml_mul_mat_vec_a8(weight, x, quant_type, 64, plain)
+    torch.testing.assert_close(ours, plain, rtol=1e-5, atol=1e-4)
+
+
+def test_ggml_mul_mat_interleaved_a8_extreme_q8_0_codes(device, implementation_index):
+    # Codes of -128 and +-127 against activation codes of +-127 (the
+    # largest 16-bit pair sums) stay exact.
+    generator = torch.Generator().manual_seed(4)
+    rows, cols = 16, 256
+    weight = blocks(8, rows, cols, seed=8).view(rows, cols // 32, 34).clone()
+    extremes = torch.tensor([-128, -127, 127], dtype=torch.int8)
+    choice = torch.randint(0, 3, (rows, cols // 32, 32), generator=generator)
+    weight[..., 2:] = extremes[choice].view(torch.uint8)
+    weight = weight.reshape(rows, -1)
+    signs = torch.randint(0, 2, (2, cols), generator=generator) * 2 - 1
+    x = signs.float() * (1 + torch.rand(2, cols, generator=generator) * 1e-3)
+    out = torch.empty(2, rows)
+    _run(_interleaved(weight, 8), x, 8, rows, out, implementation_index)
+    check_product(out, x, dequantized(weight, 8))
+
+
+def test_ggml_mul_mat_interleaved_a8_empty(device, implementation_index):
+    weight = _interleaved(blocks(3, 8, 64), 3)
+    _run(weight, torch.empty(0, 64), 3, 8, torch.empty(0, 8), implementation_index)
+    _run(weight, torch.randn(2, 64), 3, 0, torch.empty(2, 0), implementation_index)
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (
+            lambda: (blocks(12, 8, 256), torch.randn(1, 256), 12, 8, torch.empty(1, 8)),
+            r"Q4_K \(12\) has no interleaved layout",
+        ),
+        (
+            lambda: (blocks(3, 12, 64), torch.randn(1, 64), 3, 12, torch.empty(1, 12)),
+            "`weight` must have a multiple of 8 rows",
+        ),
+        (
+            lambda: (blocks(3, 8, 64), torch.randn(1, 96), 3, 8, torch.empty(1, 8)),
+            "`weight` must hold 60 bytes per row",
+        ),
+        (
+            lambda: (blocks(3, 8, 64), torch.randn(1, 64), 3, 9, torch.empty(1, 9)),
+            "`row` must be between 0 and the 8 rows of `weight`",
+        ),
+        (
+            lambda: (
+                blocks(3, 8, 64),
+                torch.randn(1, 64).double(),
+                3,
+                8,
+                torch.empty(1, 8),
+            ),
+            "`x` has dtype float64",
+        ),
+    ],
+)
+def test_ggml_mul_mat_interleaved_a8_errors(arguments, message):
+    with pytest.raises(ValueError, match=message):
+        infini.ops.ggml_mul_mat_interleaved_a8(*arguments())
