@@ -320,6 +320,25 @@ def test_paged_attention_infinilm_window(
     assert torch.allclose(actual.double(), expected, rtol=rtol, atol=atol)
 
 
+@pytest.mark.parametrize("seq_lens", ((700,), (300, 1000), (129, 5)))
+@pytest.mark.parametrize("window", (0, 200, 512))
+@pytest.mark.parametrize("alibi", (False, True))
+def test_paged_attention_infinilm_split_keys(
+    seq_lens, window, alibi, device, implementation_index
+):
+    """Few (sequence, kv head) tasks over long sequences: the CPU kernel
+    splits each sequence's keys into ranges on several threads and merges
+    their softmax states; the results are those of one pass."""
+    inputs = window_inputs((1,) * len(seq_lens), seq_lens, 4, 1, 64, 16, torch.float32)
+    slopes = torch.rand(4) if alibi else None
+    actual = _decode_window(
+        inputs, None if slopes is None else slopes.to(device), 0.125, window,
+        device, implementation_index,
+    )  # fmt: skip
+    expected = _decode_expected(inputs, slopes, 0.125, window)
+    assert torch.allclose(actual.double(), expected, rtol=1e-5, atol=1e-5)
+
+
 def test_paged_attention_infinilm_window_with_alibi_and_int64(
     device, implementation_index
 ):

@@ -487,6 +487,7 @@ def paged_attention_kernel(
     """
     body = paged_task_kernel(dtype)
     storage = STORAGE[dtype]
+    store = storer(dtype)
     table_storage, lengths_storage = STORAGE[table_dtype], STORAGE[lengths_dtype]
     cum_storage = STORAGE[cum_dtype]
 
@@ -508,6 +509,7 @@ def paged_attention_kernel(
         block_tokens,
         long_tokens,
         serial_elements,
+        split_tasks,
         report,
     ):
         o = element_array(out_address, spans[0], storage)
@@ -518,7 +520,8 @@ def paged_attention_kernel(
         lengths = element_array(lengths_address, spans[5], lengths_storage)
         cum = element_array(cum_address, spans[6], cum_storage)
         slopes = element_array(slopes_address, spans[7], np.float32)
-        seqs, tokens, kv_heads = sizes[0], sizes[1], sizes[3]
+        seqs, tokens, heads, kv_heads = sizes[0], sizes[1], sizes[2], sizes[3]
+        features, window = sizes[4], sizes[8]
         block_size, max_blocks, blocks = sizes[5], sizes[6], sizes[7]
         t_row, t_col, len_step, cum_step = (
             strides[14],
@@ -550,7 +553,7 @@ def paged_attention_kernel(
                 if stop - start < long_tokens:
                     entries += (stop - start + block_tokens - 1) // block_tokens
             else:
-                entries += 1
+                entries += _decode_splits(n, window, seqs * kv_heads, split_tasks)
             for c in range((n + block_size - 1) // block_size):
                 index = np.int64(table[s * t_row + c * t_col])
                 if index < 0 or index >= blocks:
@@ -559,13 +562,16 @@ def paged_attention_kernel(
         if prefill and seqs > 0 and np.int64(cum[seqs * cum_step]) != tokens:
             report[0], report[1], report[2] = seqs, 0, np.int64(cum[seqs * cum_step])
             return 5
-        # Per entry: sequence, first query token, keys in the sequence and
-        # its span of query tokens, so that the task body reads no index
-        # tensor but the block table. `keys`: the keys the tasks read (per
-        # kv head; an upper bound under a sliding window).
-        entry_info = np.empty((entries, 5), np.int64)
+        # Per entry: sequence, first query token, keys in the sequence, its
+        # span of query tokens, the range of keys the entry reads and the
+        # slot of its partial results (-1: none, it writes `out`), so that
+        # the task body reads no index tensor but the block table. `keys`:
+        # the keys the tasks read (per kv head; an upper bound under a
+        # sliding window).
+        entry_info = np.empty((entries, 8), np.int64)
         entry = 0
         keys = 0
+        slots = 0
         for s in range(seqs):
             n = np.int64(lengths[s * len_step])
             if prefill:
@@ -573,16 +579,37 @@ def paged_attention_kernel(
                 stop = np.int64(cum[(s + 1) * cum_step])
                 if stop - start >= long_tokens:
                     continue
+                splits = 1
             else:
                 start, stop = s, s + 1
+                splits = _decode_splits(n, window, seqs * kv_heads, split_tasks)
+            # A decode token sees the keys from `low` on (its window).
+            low = max(n - window, 0) if window > 0 and not prefill else 0
+            keys += n
             for t in range(start, stop, block_tokens):
-                entry_info[entry, 0] = s
-                entry_info[entry, 1] = t
-                entry_info[entry, 2] = n
-                entry_info[entry, 3] = start
-                entry_info[entry, 4] = stop
-                entry += 1
-                keys += n
+                for part in range(splits):
+                    entry_info[entry, 0] = s
+                    entry_info[entry, 1] = t
+                    entry_info[entry, 2] = n
+                    entry_info[entry, 3] = start
+                    entry_info[entry, 4] = stop
+                    if splits == 1:
+                        entry_info[entry, 5] = 0
+                        entry_info[entry, 6] = n
+                        entry_info[entry, 7] = -1
+                    else:
+                        entry_info[entry, 5] = low + (n - low) * part // splits
+                        entry_info[entry, 6] = low + (n - low) * (part + 1) // splits
+                        entry_info[entry, 7] = slots
+                        slots += 1
+                    entry += 1
+        # Partial results of split entries: per slot and kv head, each query
+        # head's running maximum, sum and unnormalised output.
+        group = heads // kv_heads
+        partial_max = np.empty((max(slots, 1) * kv_heads, group), np.float32)
+        partial_sum = np.empty((max(slots, 1) * kv_heads, group), np.float32)
+        partial_acc = np.empty((max(slots, 1) * kv_heads, group, features), np.float32)
+        partials = (partial_max, partial_sum, partial_acc)
 
         factor = np.float32(scale)
         tasks = entries * kv_heads
@@ -591,7 +618,17 @@ def paged_attention_kernel(
             # thread: waking the pool would cost more than the work.
             operands = (o, q, k, v, table, slopes, entry_info, sizes, strides)
             for task in range(tasks):
-                body(task, *operands, factor, has_alibi, block_tokens)
+                body(
+                    task,
+                    *operands,
+                    factor,
+                    has_alibi,
+                    block_tokens,
+                    partial_max,
+                    partial_sum,
+                    partial_acc,
+                )
+            merge_splits(o, entry_info, partials, sizes, strides, store)
             return 0
         # `np.int64`: inside the parfor the index is unsigned, and the body
         # would be compiled a second time for it.
@@ -610,10 +647,76 @@ def paged_attention_kernel(
                 factor,
                 has_alibi,
                 block_tokens,
+                partial_max,
+                partial_sum,
+                partial_acc,
             )
+        merge_splits(o, entry_info, partials, sizes, strides, store)
         return 0
 
     return kernel(run, parallel=True)
+
+
+# Decode keys per split at the least: two tiles, so that the merge and the
+# extra task cost little next to a split's work.
+SPLIT_MIN_KEYS = 2 * KEY_TILE
+
+
+@helper
+def _decode_splits(n, window, tasks, split_tasks):
+    """Into how many ranges of keys a decode sequence's tasks are split:
+    enough for about `split_tasks` tasks in all (`tasks` before splitting),
+    each of at least `SPLIT_MIN_KEYS` of the keys it sees."""
+    visible = min(n, window) if window > 0 else n
+    wanted = (split_tasks + tasks - 1) // tasks
+    return max(1, min(wanted, visible // SPLIT_MIN_KEYS))
+
+
+@helper
+def merge_splits(o, entry_info, partials, sizes, strides, store):
+    """Writes the output of every decode sequence whose keys were split:
+    the partial softmax states of its entries merged (each rescaled to the
+    largest maximum)."""
+    partial_max, partial_sum, partial_acc = partials
+    heads, kv_heads, features = sizes[2], sizes[3], sizes[4]
+    o_tok, o_head, o_col = strides[3], strides[4], strides[5]
+    group = heads // kv_heads
+    entries = entry_info.shape[0]
+    e = 0
+    while e < entries:
+        last = e + 1
+        if entry_info[e, 7] < 0:
+            e = last
+            continue
+        while (
+            last < entries
+            and entry_info[last, 7] >= 0
+            and entry_info[last, 0] == entry_info[e, 0]
+            and entry_info[last, 1] == entry_info[e, 1]
+        ):
+            last += 1
+        token = entry_info[e, 1]
+        for g in range(kv_heads):
+            for h in range(group):
+                best = np.float32(-np.inf)
+                for f in range(e, last):
+                    best = max(best, partial_max[entry_info[f, 7] * kv_heads + g, h])
+                total = np.float32(0)
+                result = np.zeros(features, np.float32)
+                if best != -np.inf:
+                    for f in range(e, last):
+                        slot = entry_info[f, 7] * kv_heads + g
+                        if partial_max[slot, h] == -np.inf:
+                            continue
+                        weight = exp_float32(partial_max[slot, h] - best)
+                        total += partial_sum[slot, h] * weight
+                        for d in range(features):
+                            result[d] += partial_acc[slot, h, d] * weight
+                inverse = np.float32(1) / total if total > 0 else np.float32(0)
+                base = token * o_tok + (g * group + h) * o_head
+                for d in range(features):
+                    store(o, base + d * o_col, result[d] * inverse)
+        e = last
 
 
 @cache
@@ -638,6 +741,9 @@ def paged_task_kernel(dtype: str):
         factor,
         has_alibi,
         block_tokens,
+        partial_max,
+        partial_sum,
+        partial_acc,
     ):
         heads, kv_heads = sizes[2], sizes[3]
         features, block_size, window = sizes[4], sizes[5], sizes[8]
@@ -656,6 +762,8 @@ def paged_task_kernel(dtype: str):
         g = task - e * kv_heads
         s, first, n = entry_info[e, 0], entry_info[e, 1], entry_info[e, 2]
         span_start, span_stop = entry_info[e, 3], entry_info[e, 4]
+        key_low, key_high = entry_info[e, 5], entry_info[e, 6]
+        partial = entry_info[e, 7]
         count_tokens = min(block_tokens, span_stop - first)
         # Position of query token `first` in its sequence.
         position = n - (span_stop - span_start) + (first - span_start)
@@ -673,10 +781,11 @@ def paged_task_kernel(dtype: str):
                 r = t * group + h
                 for d in range(features):
                     queries[r, d] = np.float32(load(q, base + d * q_col)) * factor
-        end = position + count_tokens
+        end = min(position + count_tokens, key_high)
         # With a sliding window, keys before the first token's window are
         # never read (decode reads `window` keys, not the whole sequence).
         begin = max(position + 1 - window, 0) if window > 0 else 0
+        begin = max(begin, key_low)
         for start in range(begin, end, KEY_TILE):
             count = min(KEY_TILE, end - start)
             for j in range(count):
@@ -706,6 +815,16 @@ def paged_task_kernel(dtype: str):
                         scores[r, j] = -np.inf
             tile_softmax(scores, rows, count, maxima, sums, acc, features)
             tile_accumulate(scores, value_tile, acc, rows, count, features)
+        if partial >= 0:
+            # One range of a split decode token's keys: the softmax state,
+            # merged with the other ranges' by `merge_splits`.
+            row = partial * kv_heads + g
+            for h in range(group):
+                partial_max[row, h] = maxima[h]
+                partial_sum[row, h] = sums[h]
+                for d in range(features):
+                    partial_acc[row, h, d] = acc[h, d]
+            return
         for t in range(count_tokens):
             for h in range(group):
                 r = t * group + h
@@ -795,6 +914,11 @@ class PagedAttentionLaunch:
         )
         group = self.heads // self.kv_heads
         self.block_tokens = max(1, self.TASK_ROWS // group)
+        # Decode tasks wanted in all: a few sequences' (sequence, kv head)
+        # tasks are split over ranges of keys until every thread has two.
+        import numba
+
+        self.split_tasks = 0 if prefill else 2 * numba.get_num_threads()
         # Output, query and caches found apart (`run`).
         self.apart = KnownAddresses()
         self.kernel = paged_attention_kernel(
@@ -840,6 +964,7 @@ class PagedAttentionLaunch:
             self.block_tokens,
             long_tokens,
             SERIAL_KEY_ELEMENTS,
+            self.split_tasks,
             report,
         )
         if code:
