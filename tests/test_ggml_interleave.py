@@ -5,7 +5,7 @@ import torch
 import infini.ops
 from tests._ggml import blocks
 
-TYPES = (2, 3, 6, 7, 8)
+TYPES = (2, 3, 6, 7, 8, 12)
 # (name, byte offset, bytes) of each field of one row's block, the file's
 # layout (`infini.ops.base._ggml`); the codes are the rest.
 FIELDS = {
@@ -18,9 +18,45 @@ FIELDS = {
 BLOCK_BYTES = {2: 18, 3: 20, 6: 22, 7: 24, 8: 34}
 
 
+def _k4_scale_min(scales: bytes, j: int) -> tuple[int, int]:
+    """Q4_K's 6-bit scale and min of group `j` (`infini.ops.base._ggml`)."""
+    if j < 4:
+        return scales[j] & 63, scales[j + 4] & 63
+    scale = (scales[j + 4] & 15) | ((scales[j - 4] >> 6) << 4)
+    minimum = (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4)
+    return scale, minimum
+
+
+def _reference_q4_k(weight: np.ndarray) -> np.ndarray:
+    rows, width = weight.shape
+    out = bytearray()
+    for tile in range(rows // 8):
+        for block in range(width // 144):
+            parts = [
+                bytes(weight[8 * tile + r, 144 * block : 144 * (block + 1)])
+                for r in range(8)
+            ]
+            out += b"".join(part[0:2] for part in parts)
+            out += b"".join(part[2:4] for part in parts)
+            for j in range(8):
+                pairs = [_k4_scale_min(part[4:16], j) for part in parts]
+                for which in (0, 1):
+                    values = [pair[which] for pair in pairs]
+                    low = sum((v & 15) << (4 * r) for r, v in enumerate(values))
+                    top = sum((v >> 4) << (2 * r) for r, v in enumerate(values))
+                    out += low.to_bytes(4, "little") + top.to_bytes(2, "little")
+            for pair in range(4):
+                for step in range(8):
+                    at = 16 + 32 * pair + 4 * step
+                    out += b"".join(part[at : at + 4] for part in parts)
+    return np.frombuffer(bytes(out), np.uint8).reshape(rows, width)
+
+
 def _reference(weight: np.ndarray, quant_type: int) -> np.ndarray:
     """The interleaved layout written out byte by byte from its description
     (`infini.ops.base.ggml_interleave`)."""
+    if quant_type == 12:
+        return _reference_q4_k(weight)
     rows, width = weight.shape
     size = BLOCK_BYTES[quant_type]
     code_at = sum(length for _, _, length in FIELDS[quant_type])
@@ -53,15 +89,15 @@ def _reference(weight: np.ndarray, quant_type: int) -> np.ndarray:
 
 @pytest.mark.parametrize("quant_type", TYPES)
 def test_ggml_interleave(quant_type, device, implementation_index):
-    weight = blocks(quant_type, 16, 96, seed=quant_type)
-    # Random high bits everywhere (the quantiser's are correlated).
-    weight = (
-        torch.from_numpy(
-            np.random.default_rng(1).integers(0, 256, weight.shape, dtype=np.uint8)
+    cols = 512 if quant_type == 12 else 96
+    weight = blocks(quant_type, 16, cols, seed=quant_type)
+    if quant_type in (6, 7, 12):
+        # Random bytes: every high bit and every 6-bit scale and min (the
+        # quantiser's are correlated).
+        generator = np.random.default_rng(1)
+        weight = torch.from_numpy(
+            generator.integers(0, 256, weight.shape, dtype=np.uint8)
         )
-        if quant_type in (6, 7)
-        else weight
-    )
     out = torch.full_like(weight, 7)
     infini.ops.ggml_interleave(
         weight, quant_type, out, implementation_index=implementation_index
@@ -89,8 +125,8 @@ def test_ggml_interleave_empty(device, implementation_index):
     "arguments, message",
     [
         (
-            lambda: (blocks(12, 8, 256), 12, torch.empty(8, 144, dtype=torch.uint8)),
-            r"Q4_K \(12\) has no interleaved layout; it has: Q4_0=2",
+            lambda: (blocks(14, 8, 256), 14, torch.empty(8, 210, dtype=torch.uint8)),
+            r"Q6_K \(14\) has no interleaved layout; it has: Q4_0=2",
         ),
         (
             lambda: (blocks(3, 12, 64), 3, torch.empty(12, 40, dtype=torch.uint8)),

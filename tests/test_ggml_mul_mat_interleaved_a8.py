@@ -4,7 +4,7 @@ import torch
 import infini.ops
 from tests._ggml import FLOAT_DTYPES, blocks, check_product, dequantized
 
-TYPES = (2, 3, 6, 7, 8)
+TYPES = (2, 3, 6, 7, 8, 12)
 
 
 def _interleaved(weight, quant_type):
@@ -24,7 +24,7 @@ def _run(weight, x, quant_type, row, out, implementation_index):
 # tiled BLAS path (16 and more).
 @pytest.mark.parametrize("tokens", (1, 3, 8, 12, 16, 21))
 def test_ggml_mul_mat_interleaved_a8(quant_type, tokens, device, implementation_index):
-    cols = 320
+    cols = 512 if quant_type == 12 else 320
     weight = blocks(quant_type, 40, cols, seed=quant_type + tokens)
     x = torch.randn(tokens, cols)
     out = torch.full((tokens, 40), float("nan"))
@@ -32,7 +32,7 @@ def test_ggml_mul_mat_interleaved_a8(quant_type, tokens, device, implementation_
     check_product(out, x, dequantized(weight, quant_type))
 
 
-@pytest.mark.parametrize("quant_type", (3, 6, 8))
+@pytest.mark.parametrize("quant_type", (3, 6, 8, 12))
 @pytest.mark.parametrize("tokens", (2, 17))
 def test_ggml_mul_mat_interleaved_a8_partial_tile_and_strided_out(
     quant_type, tokens, device, implementation_index
@@ -68,7 +68,7 @@ def test_ggml_mul_mat_interleaved_a8_16_bit(
     check_product(out, x, dequantized(weight, 6))
 
 
-@pytest.mark.parametrize("quant_type", (3, 8))
+@pytest.mark.parametrize("quant_type", (3, 8, 12))
 def test_ggml_mul_mat_interleaved_a8_matches_the_file_layout(
     quant_type, device, implementation_index
 ):
@@ -113,8 +113,8 @@ def test_ggml_mul_mat_interleaved_a8_empty(device, implementation_index):
     "arguments, message",
     [
         (
-            lambda: (blocks(12, 8, 256), torch.randn(1, 256), 12, 8, torch.empty(1, 8)),
-            r"Q4_K \(12\) has no interleaved layout",
+            lambda: (blocks(14, 8, 256), torch.randn(1, 256), 14, 8, torch.empty(1, 8)),
+            r"Q6_K \(14\) has no interleaved layout",
         ),
         (
             lambda: (blocks(3, 12, 64), torch.randn(1, 64), 3, 12, torch.empty(1, 12)),

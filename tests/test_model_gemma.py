@@ -305,9 +305,9 @@ def test_gemma3_q4_agrees_with_transformers(gemma3):
                 else [projection]
             )
             for part in parts:
-                # The 32-value types interleaved on the CPU, the K-quants
-                # in the file's layout.
-                interleaved = part.quant_type in (6, 8)
+                # Q5_0, Q8_0 and Q4_K interleaved on the CPU, Q6_K in the
+                # file's layout.
+                interleaved = part.quant_type in (6, 8, 12)
                 kind = InterleavedProjection if interleaved else QuantisedProjection
                 assert isinstance(part, kind)
                 types.add(part.quant_type)

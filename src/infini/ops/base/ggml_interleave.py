@@ -55,8 +55,8 @@ class GgmlInterleave(Operator):
 
     - `weight` and `out` are contiguous uint8 ``(rows, cols / block_elements
       * block_bytes)`` with `rows` a multiple of 8; `quant_type` is Q4_0=2,
-      Q4_1=3, Q5_0=6, Q5_1=7 or Q8_0=8 (32-value blocks). `out` may be
-      `weight` itself.
+      Q4_1=3, Q5_0=6, Q5_1=7, Q8_0=8 (32-value blocks) or Q4_K=12. `out` may
+      be `weight` itself.
     - The bytes are the same in number. Tile ``t`` (rows ``8t`` to
       ``8t + 7``, ``8 * row_bytes`` bytes from byte ``8t * row_bytes``) holds
       one tile block per block column ``b``, in order, each ``8 *
@@ -70,6 +70,15 @@ class GgmlInterleave(Operator):
       value ``4b + i`` for ``b < 4``, of value ``16 + 4 (b - 4) + i``
       otherwise (bit ``j`` of the file's word is the high bit of value
       ``j``), so that the bits one step needs are one shift away.
+    - Q4_K (1,152 bytes per tile block): the eight ``d`` (16 bytes), the
+      eight ``dmin`` (16); per group ``j`` of 32 values (8 of them), 12
+      bytes: the eight rows' 6-bit scales as a little-endian 32-bit word of
+      their low four bits (row ``r`` at bits ``4r``) and a 16-bit word of
+      their top two bits (row ``r`` at bits ``2r``), then the eight mins
+      the same way; then the codes: per pair ``i`` of groups (``2i`` in
+      the low nibbles, ``2i + 1`` in the high ones of the same 32 bytes of
+      each row), 8 steps of 32 bytes, bytes ``32i + 4s`` to ``32i + 4s + 3``
+      of each row's 128 code bytes, row after row.
     """
 
     name = "ggml_interleave"

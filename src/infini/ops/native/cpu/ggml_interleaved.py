@@ -36,6 +36,7 @@ from infini.ops.base._ggml import (
     INTERLEAVED_ROWS,
     Q4_0,
     Q4_1,
+    Q4_K,
     Q5_0,
     Q5_1,
     Q8_0,
@@ -102,6 +103,116 @@ TILE_LAYOUTS = {
 }
 
 
+class K4TileLayout:
+    """Q4_K's tile block (eight rows' super-blocks of 256 values, 1,152
+    bytes): the eight ``d`` (16 bytes), the eight ``dmin`` (16), per group
+    ``j`` of 32 values 12 bytes of the eight rows' 6-bit scales and mins
+    (`K4_SCALES`), then per pair of groups ``i`` (the low and high nibbles
+    of the same code bytes) eight steps of 32 bytes, bytes ``32 i + 4 k``
+    to ``32 i + 4 k + 3`` of each row."""
+
+    quant_type = Q4_K
+    block_bytes = GGML_TYPES[Q4_K].block_bytes
+    tile_minimum = 2 * INTERLEAVED_ROWS
+    tile_scales = 4 * INTERLEAVED_ROWS
+    tile_codes = tile_scales + 8 * 12
+    offset = 0
+
+    def __repr__(self) -> str:
+        return "K4TileLayout(Q4_K)"
+
+
+TILE_LAYOUTS[Q4_K] = K4TileLayout()
+
+
+# Per group of a Q4_K tile block: the eight rows' scales as a 32-bit word
+# of low nibbles (row ``r`` in bits ``4r..4r+3``) and a 16-bit word of top
+# two bits (bits ``2r..2r+1``), then the mins the same way: 12 bytes.
+K4_SCALES = 12
+
+
+def _k4_scales_mins(scale_bytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The 6-bit scales and mins ``(..., 8)`` of Q4_K's 12 packed bytes
+    ``(..., 12)`` (`infini.ops.base._ggml` describes the packing)."""
+    b = scale_bytes.astype(np.uint8)
+    low, high, mixed = b[..., 0:4], b[..., 4:8], b[..., 8:12]
+    scales = np.concatenate([low & 63, (mixed & 15) | ((low >> 6) << 4)], axis=-1)
+    mins = np.concatenate([high & 63, (mixed >> 4) | ((high >> 6) << 4)], axis=-1)
+    return scales, mins
+
+
+def _k4_pack(scales: np.ndarray, mins: np.ndarray) -> np.ndarray:
+    """`_k4_scales_mins`' inverse: the 12 packed bytes."""
+    low = (scales[..., 0:4] & 63) | ((scales[..., 4:8] >> 4) << 6)
+    high = (mins[..., 0:4] & 63) | ((mins[..., 4:8] >> 4) << 6)
+    mixed = (scales[..., 4:8] & 15) | ((mins[..., 4:8] & 15) << 4)
+    return np.concatenate([low, high, mixed], axis=-1).astype(np.uint8)
+
+
+def _rows_packed(values: np.ndarray) -> np.ndarray:
+    """Eight rows' 6-bit values ``(..., 8 rows)`` as 6 bytes: the low
+    nibbles as a little-endian 32-bit word, then the top two bits as a
+    16-bit one."""
+    shifts = np.arange(8, dtype=np.uint32)
+    values = values.astype(np.uint32)
+    nibbles = ((values & 15) << (4 * shifts)).sum(axis=-1, dtype=np.uint32)
+    tops = ((values >> 4) << (2 * shifts)).sum(axis=-1, dtype=np.uint32)
+    out = np.empty(values.shape[:-1] + (6,), np.uint8)
+    out[..., 0:4] = nibbles[..., None].view(np.uint8).reshape(out.shape[:-1] + (4,))
+    out[..., 4:6] = (
+        tops.astype(np.uint16)[..., None].view(np.uint8).reshape(out.shape[:-1] + (2,))
+    )
+    return out
+
+
+def _rows_unpacked(packed: np.ndarray) -> np.ndarray:
+    """`_rows_packed`' inverse: ``(..., 8 rows)`` values."""
+    nibbles = np.ascontiguousarray(packed[..., 0:4]).view(np.uint32)
+    tops = np.ascontiguousarray(packed[..., 4:6]).view(np.uint16).astype(np.uint32)
+    shifts = np.arange(8, dtype=np.uint32)
+    return (
+        ((nibbles >> (4 * shifts)) & 15) | (((tops >> (2 * shifts)) & 3) << 4)
+    ).astype(np.uint8)
+
+
+def _interleave_k4(grouped: np.ndarray) -> np.ndarray:
+    """Q4_K tile blocks ``(tiles, count, 1152)`` of the blocks ``(tiles,
+    count, 8 rows, 144)``."""
+    tiles, count, n, _ = grouped.shape
+    scales, mins = _k4_scales_mins(grouped[..., 4:16])  # (tiles, count, 8, 8 j)
+    packed = np.concatenate(
+        [
+            _rows_packed(np.swapaxes(scales, -1, -2)),
+            _rows_packed(np.swapaxes(mins, -1, -2)),
+        ],
+        axis=-1,
+    )  # (tiles, count, 8 j, 12)
+    codes = grouped[..., 16:].reshape(tiles, count, n, 4, 8, 4)
+    parts = [
+        grouped[..., 0:2].reshape(tiles, count, -1),
+        grouped[..., 2:4].reshape(tiles, count, -1),
+        packed.reshape(tiles, count, -1),
+        codes.transpose(0, 1, 3, 4, 2, 5).reshape(tiles, count, -1),
+    ]
+    return np.concatenate(parts, axis=-1)
+
+
+def _deinterleave_k4(blocks: np.ndarray, target: np.ndarray) -> None:
+    """`_interleave_k4`' inverse into `target` ``(tiles, count, 8, 144)``."""
+    tiles, count, n, _ = target.shape
+    layout = K4TileLayout
+    target[..., 0:2] = blocks[..., 0 : 2 * n].reshape(tiles, count, n, 2)
+    target[..., 2:4] = blocks[..., 2 * n : 4 * n].reshape(tiles, count, n, 2)
+    packed = blocks[..., layout.tile_scales : layout.tile_codes].reshape(
+        tiles, count, 8, K4_SCALES
+    )
+    scales = np.swapaxes(_rows_unpacked(packed[..., 0:6]), -1, -2)
+    mins = np.swapaxes(_rows_unpacked(packed[..., 6:12]), -1, -2)
+    target[..., 4:16] = _k4_pack(scales, mins)
+    codes = blocks[..., layout.tile_codes :].reshape(tiles, count, 4, 8, n, 4)
+    target[..., 16:] = codes.transpose(0, 1, 4, 2, 3, 5).reshape(tiles, count, n, 128)
+
+
 # The high bits, rearranged: bit ``b`` of byte ``i`` of a row's word is the
 # high bit of value ``4 b + i`` (``b < 4``) or ``16 + 4 (b - 4) + i``: the
 # bits that one step of four codes needs are one shift away in every byte.
@@ -129,6 +240,8 @@ def interleave(blocks: np.ndarray, quant_type: int) -> np.ndarray:
         0, 2, 1, 3
     )
     tiles, _, _, _ = grouped.shape
+    if quant_type == Q4_K:
+        return _interleave_k4(grouped).reshape(rows, width)
     parts = [grouped[..., 0:2]]
     if layout.minimum is not None:
         parts.append(grouped[..., layout.minimum : layout.minimum + 2])
@@ -150,6 +263,9 @@ def deinterleave(tiles: np.ndarray, quant_type: int, out: np.ndarray) -> None:
     count = width // layout.block_bytes
     blocks = tiles.reshape(rows // n, count, n * layout.block_bytes)
     target = out.reshape(rows // n, n, count, layout.block_bytes).transpose(0, 2, 1, 3)
+    if quant_type == Q4_K:
+        _deinterleave_k4(blocks, target)
+        return
     target[..., 0:2] = blocks[..., : 2 * n].reshape(-1, count, n, 2)
     if layout.minimum is not None:
         start = layout.tile_minimum
@@ -360,6 +476,109 @@ class _TileTerms:
         return result
 
 
+class _K4TileTerms(_TileTerms):
+    """`_TileTerms` of a Q4_K tile block: per group of 32 values, the codes'
+    term ``d * scale_j * x_scale_j * sum(q * x)`` and the mins' term
+    ``-dmin * min_j * block_sum_j``, eight rows at a time."""
+
+    def block(self, index):
+        builder = self.builder
+        self.index = index
+        self.address = builder.add(
+            self.tile,
+            builder.mul(index, _i64(INTERLEAVED_ROWS * K4TileLayout.block_bytes)),
+        )
+        d = _halves(builder, self.address)
+        dmin = _halves(
+            builder, _offset(builder, self.address, K4TileLayout.tile_minimum)
+        )
+        self.factors = []
+        for j in range(8):
+            at = _offset(
+                builder, self.address, K4TileLayout.tile_scales + K4_SCALES * j
+            )
+            scale = builder.sitofp(_six_bit_rows(builder, at), _FLOATS)
+            minimum = builder.sitofp(
+                _six_bit_rows(builder, _offset(builder, at, 6)), _FLOATS
+            )
+            self.factors.append((builder.fmul(d, scale), builder.fmul(dmin, minimum)))
+
+    def terms(self, token):
+        builder = self.builder
+        first_group = builder.add(
+            builder.mul(token, self.groups), builder.mul(self.index, _i64(8))
+        )
+        x = builder.add(
+            self.x,
+            builder.add(
+                builder.mul(token, self.cols),
+                builder.mul(self.index, _i64(8 * ACTIVATION_BLOCK)),
+            ),
+        )
+        codes_at = _offset(builder, self.address, K4TileLayout.tile_codes)
+        result = []
+        for pair in range(4):
+            low_sum = high_sum = None
+            for step in range(8):
+                packed = _load_vector(
+                    builder, _offset(builder, codes_at, 256 * pair + 32 * step), _I8, 32
+                )
+                low = builder.and_(packed, _constant_splat(_I8, 32, 15))
+                high = builder.lshr(packed, _constant_splat(_I8, 32, 4))
+                at = 64 * pair + 4 * step
+                low = _pair_products(
+                    builder,
+                    low,
+                    _broadcast_word(builder, _offset(builder, x, at)),
+                    False,
+                )
+                high = _pair_products(
+                    builder,
+                    high,
+                    _broadcast_word(builder, _offset(builder, x, at + 32)),
+                    False,
+                )
+                # Eight steps of 4-bit codes stay within 16 bits.
+                low_sum = low if low_sum is None else builder.add(low_sum, low)
+                high_sum = high if high_sum is None else builder.add(high_sum, high)
+            for j, words in ((2 * pair, low_sum), (2 * pair + 1, high_sum)):
+                group = builder.add(first_group, _i64(j))
+                x_scale = self._group_scalar(self.scales, group, _F32, 4)
+                block_sum = self._group_scalar(self.block_sums, group, _F32, 4)
+                scale, minimum = self.factors[j]
+                lanes = builder.sitofp(_word_pairs(builder, words), _FLOATS)
+                result.append(
+                    (lanes, builder.fmul(scale, _splat(builder, x_scale, _LANES)))
+                )
+                result.append(
+                    (minimum, _splat(builder, builder.fneg(block_sum), _LANES))
+                )
+        return result
+
+
+def _six_bit_rows(builder, address):
+    """Eight rows' 6-bit values (`_rows_packed`) at `address` as i32."""
+    word = builder.load(builder.inttoptr(address, _I32.as_pointer()), align=1)
+    tops = builder.load(
+        builder.inttoptr(_offset(builder, address, 4), _I16.as_pointer()), align=1
+    )
+    lanes = ir.VectorType(_I32, _LANES)
+    nibbles = builder.lshr(
+        _splat(builder, word, _LANES), ir.Constant(lanes, [4 * r for r in range(8)])
+    )
+    high = builder.lshr(
+        _splat(builder, builder.zext(tops, _I32), _LANES),
+        ir.Constant(lanes, [2 * r for r in range(8)]),
+    )
+    return builder.or_(
+        builder.and_(nibbles, _constant_splat(_I32, _LANES, 15)),
+        builder.shl(
+            builder.and_(high, _constant_splat(_I32, _LANES, 3)),
+            _constant_splat(_I32, _LANES, 4),
+        ),
+    )
+
+
 _FLOATS = ir.VectorType(_F32, _LANES)
 
 
@@ -399,15 +618,14 @@ def _one_token(builder, terms, blocks, acc):
     zero = ir.Constant(_FLOATS, [0.0] * _LANES)
     before = builder.block
     index, body, after = _counted_loop(builder, blocks, "tile_one")
-    count = 2 if terms.layout.minimum is not None else 1
-    running = [builder.phi(_FLOATS) for _ in range(count)]
+    running = [builder.phi(_FLOATS) for _ in range(2)]
     for phi in running:
         phi.add_incoming(zero, before)
     terms.block(index)
-    updated = [
-        builder.call(fmuladd, [values, factors, phi])
-        for (values, factors), phi in zip(terms.terms(_i64(0)), running, strict=True)
-    ]
+    updated = list(running)
+    for number, (values, factors) in enumerate(terms.terms(_i64(0))):
+        which = number % 2
+        updated[which] = builder.call(fmuladd, [values, factors, updated[which]])
     end = builder.block
     for phi, value in zip(running, updated, strict=True):
         phi.add_incoming(value, end)
@@ -459,7 +677,8 @@ def _tile_dot(quant_type):
                 for value, value_type in zip(args, signature.args, strict=True)
             ]
             blocks, tokens, acc = values[1], values[2], values[8]
-            terms = _TileTerms(layout, builder, values)
+            kind = _K4TileTerms if quant_type == Q4_K else _TileTerms
+            terms = kind(layout, builder, values)
             one = builder.append_basic_block("tile_one_token")
             several = builder.append_basic_block("tile_several_tokens")
             done = builder.append_basic_block("tile_done")
