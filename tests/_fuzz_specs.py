@@ -1294,6 +1294,62 @@ def _ggml_product(d: Draw) -> Case:
     )
 
 
+def _ggml_interleaved_product(d: Draw) -> Case:
+    """`_ggml_product` over the interleaved weight: the same bound."""
+    import infini.ops
+    from tests._ggml import blocks, check_product, dequantized
+
+    quant_type = d.choice((2, 3, 6, 7, 8, 12, 14))
+    tiles, tokens = d.size(1, 3), d.size(1, 20)
+    rows = 8 * tiles - d.randint(0, 7)
+    block = 256 if quant_type in (12, 14) else 32
+    cols = block * d.randint(1, 3)
+    weight = blocks(quant_type, 8 * tiles, cols, d.randint(0, 10**6))
+    values = dequantized(weight, quant_type)[:rows]
+    interleaved = torch.empty_like(weight)
+    infini.ops.ggml_interleave(weight, quant_type, interleaved)
+    x = d.randn(tokens, cols)
+
+    def check(call):
+        try:
+            check_product(call[4], call[1].to(torch.float32), values)
+        except AssertionError as error:
+            return f"`out`: {error}"
+        return None
+
+    return Case(
+        [interleaved, x, quant_type, rows, d.out(tokens, rows)],
+        None,
+        check=check,
+        what=f"type {quant_type}",
+    )
+
+
+def _ggml_interleave(d: Draw) -> Case:
+    """The layout is checked byte by byte in `tests/test_ggml_interleave.py`;
+    here: putting the result back (`deinterleave`, the inverse the tiled
+    product uses) gives the weight."""
+    from infini.ops.native.cpu.ggml_interleaved import deinterleave
+    from tests._ggml import blocks
+
+    quant_type = d.choice((2, 3, 6, 7, 8, 12, 14))
+    tiles = d.size(0, 3)
+    cols = (256 if quant_type in (12, 14) else 32) * d.randint(1, 3)
+    weight = blocks(quant_type, max(8 * tiles, 8), cols, d.randint(0, 10**6))
+    weight = weight[: 8 * tiles]
+    out = torch.empty_like(weight)
+
+    def check(call):
+        back = torch.empty_like(weight)
+        if tiles:
+            deinterleave(call[2].numpy(), quant_type, back.numpy())
+        if not torch.equal(back, weight):
+            return "`out`: does not put back into the weight"
+        return None
+
+    return Case([weight, quant_type, out], None, check=check, what=f"type {quant_type}")
+
+
 def _marlin_repack(kind):
     def draw(d: Draw) -> Case:
         from tests._marlin import awq_pack, gptq_pack, marlin_unpack
@@ -1786,8 +1842,16 @@ FUZZ: dict[str, Entry] = {
     "ggml_dequantize": Entry(
         _ggml_dequantize, dtypes=(torch.float32, *SIXTEEN), group="quantised"
     ),
+    "ggml_interleave": Entry(
+        _ggml_interleave, dtypes=(torch.float32,), group="quantised"
+    ),
     "ggml_mul_mat_a8": Entry(
         _ggml_product, dtypes=(torch.float32, *SIXTEEN), group="quantised"
+    ),
+    "ggml_mul_mat_interleaved_a8": Entry(
+        _ggml_interleaved_product,
+        dtypes=(torch.float32, *SIXTEEN),
+        group="quantised",
     ),
     "ggml_mul_mat_vec_a8": Entry(
         _ggml_product, dtypes=(torch.float32, *SIXTEEN), group="quantised"

@@ -406,6 +406,20 @@ def ggml_mul_mat_a8(rows):
     )
 
 
+def ggml_interleave(rows):
+    # Rows come in tiles of eight: `rows` tiles.
+    weight = _q8_0_blocks(max(8 * rows, 8))[: 8 * rows]
+    return Call([weight, 8, _out(8 * rows, 34, dtype=torch.uint8)])
+
+
+def ggml_mul_mat_interleaved_a8(rows):
+    weight = torch.empty_like(_q8_0_blocks(8))
+    import infini.ops
+
+    infini.ops.ggml_interleave(_q8_0_blocks(8), 8, weight)
+    return Call([weight, _f(rows, 32), 8, 5, _out(rows, 5)])
+
+
 def dequantize_blockwise_8bit(rows):
     return Call(
         [torch.randint(0, 256, (rows, 64), dtype=torch.uint8), torch.rand(rows),
@@ -623,7 +637,9 @@ VALID_CALLS = {
     "gemm": gemm,
     "get_cutlass_moe_mm_data": get_cutlass_moe_mm_data,
     "ggml_dequantize": ggml_dequantize,
+    "ggml_interleave": ggml_interleave,
     "ggml_mul_mat_a8": ggml_mul_mat_a8,
+    "ggml_mul_mat_interleaved_a8": ggml_mul_mat_interleaved_a8,
     "ggml_mul_mat_vec_a8": ggml_mul_mat_a8,
     "gptq_marlin_repack": gptq_marlin_repack,
     "grouped_topk": grouped_topk,

@@ -5,7 +5,7 @@ import torch
 import infini.ops
 from tests._ggml import blocks
 
-TYPES = (2, 3, 6, 7, 8, 12)
+TYPES = (2, 3, 6, 7, 8, 12, 14)
 # (name, byte offset, bytes) of each field of one row's block, the file's
 # layout (`infini.ops.base._ggml`); the codes are the rest.
 FIELDS = {
@@ -52,11 +52,34 @@ def _reference_q4_k(weight: np.ndarray) -> np.ndarray:
     return np.frombuffer(bytes(out), np.uint8).reshape(rows, width)
 
 
+def _reference_q6_k(weight: np.ndarray) -> np.ndarray:
+    rows, width = weight.shape
+    out = bytearray()
+    for tile in range(rows // 8):
+        for block in range(width // 210):
+            parts = [
+                bytes(weight[8 * tile + r, 210 * block : 210 * (block + 1)])
+                for r in range(8)
+            ]
+            out += b"".join(part[208:210] for part in parts)
+            for t in range(16):
+                out += bytes(part[192 + t] for part in parts)
+            for h in range(2):
+                for step in range(8):
+                    for at in (64 * h + 4 * step, 64 * h + 32 + 4 * step):
+                        out += b"".join(part[at : at + 4] for part in parts)
+                    at = 128 + 32 * h + 4 * step
+                    out += b"".join(part[at : at + 4] for part in parts)
+    return np.frombuffer(bytes(out), np.uint8).reshape(rows, width)
+
+
 def _reference(weight: np.ndarray, quant_type: int) -> np.ndarray:
     """The interleaved layout written out byte by byte from its description
     (`infini.ops.base.ggml_interleave`)."""
     if quant_type == 12:
         return _reference_q4_k(weight)
+    if quant_type == 14:
+        return _reference_q6_k(weight)
     rows, width = weight.shape
     size = BLOCK_BYTES[quant_type]
     code_at = sum(length for _, _, length in FIELDS[quant_type])
@@ -89,7 +112,7 @@ def _reference(weight: np.ndarray, quant_type: int) -> np.ndarray:
 
 @pytest.mark.parametrize("quant_type", TYPES)
 def test_ggml_interleave(quant_type, device, implementation_index):
-    cols = 512 if quant_type == 12 else 96
+    cols = 512 if quant_type in (12, 14) else 96
     weight = blocks(quant_type, 16, cols, seed=quant_type)
     if quant_type in (6, 7, 12):
         # Random bytes: every high bit and every 6-bit scale and min (the
@@ -125,8 +148,8 @@ def test_ggml_interleave_empty(device, implementation_index):
     "arguments, message",
     [
         (
-            lambda: (blocks(14, 8, 256), 14, torch.empty(8, 210, dtype=torch.uint8)),
-            r"Q6_K \(14\) has no interleaved layout; it has: Q4_0=2",
+            lambda: (blocks(13, 8, 256), 13, torch.empty(8, 176, dtype=torch.uint8)),
+            r"Q5_K \(13\) has no interleaved layout; it has: Q4_0=2",
         ),
         (
             lambda: (blocks(3, 12, 64), 3, torch.empty(12, 40, dtype=torch.uint8)),

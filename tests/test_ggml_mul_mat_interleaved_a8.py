@@ -4,7 +4,7 @@ import torch
 import infini.ops
 from tests._ggml import FLOAT_DTYPES, blocks, check_product, dequantized
 
-TYPES = (2, 3, 6, 7, 8, 12)
+TYPES = (2, 3, 6, 7, 8, 12, 14)
 
 
 def _interleaved(weight, quant_type):
@@ -24,7 +24,7 @@ def _run(weight, x, quant_type, row, out, implementation_index):
 # tiled BLAS path (16 and more).
 @pytest.mark.parametrize("tokens", (1, 3, 8, 12, 16, 21))
 def test_ggml_mul_mat_interleaved_a8(quant_type, tokens, device, implementation_index):
-    cols = 512 if quant_type == 12 else 320
+    cols = 512 if quant_type in (12, 14) else 320
     weight = blocks(quant_type, 40, cols, seed=quant_type + tokens)
     x = torch.randn(tokens, cols)
     out = torch.full((tokens, 40), float("nan"))
@@ -32,7 +32,7 @@ def test_ggml_mul_mat_interleaved_a8(quant_type, tokens, device, implementation_
     check_product(out, x, dequantized(weight, quant_type))
 
 
-@pytest.mark.parametrize("quant_type", (3, 6, 8, 12))
+@pytest.mark.parametrize("quant_type", (3, 6, 8, 12, 14))
 @pytest.mark.parametrize("tokens", (2, 17))
 def test_ggml_mul_mat_interleaved_a8_partial_tile_and_strided_out(
     quant_type, tokens, device, implementation_index
@@ -68,7 +68,21 @@ def test_ggml_mul_mat_interleaved_a8_16_bit(
     check_product(out, x, dequantized(weight, 6))
 
 
-@pytest.mark.parametrize("quant_type", (3, 8, 12))
+@pytest.mark.parametrize("quant_type", (3, 12, 14))
+def test_ggml_mul_mat_interleaved_a8_16_bit_tiled_partial_panel(
+    quant_type, device, implementation_index
+):
+    # The tiled path with 16-bit results and a `row` that is no whole number
+    # of tiles: the panels (whole tiles) are rounded into `out` row by row.
+    cols = 256
+    weight = blocks(quant_type, 16, cols, seed=12)
+    x = torch.randn(17, cols).to(torch.bfloat16)
+    out = torch.full((17, 13), float("nan"), dtype=torch.bfloat16)
+    _run(_interleaved(weight, quant_type), x, quant_type, 13, out, implementation_index)
+    check_product(out, x, dequantized(weight[:13], quant_type))
+
+
+@pytest.mark.parametrize("quant_type", (3, 8, 12, 14))
 def test_ggml_mul_mat_interleaved_a8_matches_the_file_layout(
     quant_type, device, implementation_index
 ):
@@ -113,8 +127,8 @@ def test_ggml_mul_mat_interleaved_a8_empty(device, implementation_index):
     "arguments, message",
     [
         (
-            lambda: (blocks(14, 8, 256), torch.randn(1, 256), 14, 8, torch.empty(1, 8)),
-            r"Q6_K \(14\) has no interleaved layout",
+            lambda: (blocks(13, 8, 256), torch.randn(1, 256), 13, 8, torch.empty(1, 8)),
+            r"Q5_K \(13\) has no interleaved layout",
         ),
         (
             lambda: (blocks(3, 12, 64), torch.randn(1, 64), 3, 12, torch.empty(1, 12)),

@@ -28,7 +28,6 @@ from infini.ops.models.decoder import (  # noqa: E402
     ConcatenatedProjection,
     DecoderModel,
     InterleavedProjection,
-    QuantisedProjection,
 )
 from tests.test_model_llama import (  # noqa: E402
     check_against_reference,
@@ -305,11 +304,8 @@ def test_gemma3_q4_agrees_with_transformers(gemma3):
                 else [projection]
             )
             for part in parts:
-                # Q5_0, Q8_0 and Q4_K interleaved on the CPU, Q6_K in the
-                # file's layout.
-                interleaved = part.quant_type in (6, 8, 12)
-                kind = InterleavedProjection if interleaved else QuantisedProjection
-                assert isinstance(part, kind)
+                # Every type of the file is interleaved on the CPU.
+                assert isinstance(part, InterleavedProjection)
                 types.add(part.quant_type)
     assert types == {6, 8, 12, 14}  # Q5_0, Q8_0, Q4_K, Q6_K
     assert any(isinstance(layer.qkv, ConcatenatedProjection) for layer in model.layers)

@@ -96,7 +96,7 @@ SUPPORTED_TYPES = (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)
 # The interleaved layout (`ggml_interleave`, read by
 # `ggml_mul_mat_interleaved_a8`): the types whose blocks it rearranges, and
 # the rows side by side in one tile.
-INTERLEAVED_TYPES = (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K)
+INTERLEAVED_TYPES = (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K)
 INTERLEAVED_ROWS = 8
 
 # Activations of the `_a8` products are quantised in blocks of this many

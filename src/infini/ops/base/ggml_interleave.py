@@ -55,8 +55,8 @@ class GgmlInterleave(Operator):
 
     - `weight` and `out` are contiguous uint8 ``(rows, cols / block_elements
       * block_bytes)`` with `rows` a multiple of 8; `quant_type` is Q4_0=2,
-      Q4_1=3, Q5_0=6, Q5_1=7, Q8_0=8 (32-value blocks) or Q4_K=12. `out` may
-      be `weight` itself.
+      Q4_1=3, Q5_0=6, Q5_1=7, Q8_0=8 (32-value blocks), Q4_K=12 or Q6_K=14.
+      `out` may be `weight` itself.
     - The bytes are the same in number. Tile ``t`` (rows ``8t`` to
       ``8t + 7``, ``8 * row_bytes`` bytes from byte ``8t * row_bytes``) holds
       one tile block per block column ``b``, in order, each ``8 *
@@ -79,6 +79,12 @@ class GgmlInterleave(Operator):
       the low nibbles, ``2i + 1`` in the high ones of the same 32 bytes of
       each row), 8 steps of 32 bytes, bytes ``32i + 4s`` to ``32i + 4s + 3``
       of each row's 128 code bytes, row after row.
+    - Q6_K (1,680 bytes): the eight ``d`` (16 bytes); per 16 values ``t``
+      the eight rows' int8 scales (8 bytes each); then per half ``h`` of the
+      super-block and step ``s`` (8 per half), three runs of 32 bytes, row
+      after row: bytes ``64h + 4s`` to ``64h + 4s + 3`` of each row's 128
+      bytes of low nibbles, bytes ``64h + 32 + 4s`` onwards, and bytes
+      ``32h + 4s`` onwards of its 64 bytes of high bits.
     """
 
     name = "ggml_interleave"

@@ -19,8 +19,8 @@ class GgmlMulMatInterleavedA8(Operator):
 
     - `weight` is contiguous uint8 ``(rows_w, cols / block_elements *
       block_bytes)`` with `rows_w` a multiple of 8 and ``0 <= row <=
-      rows_w``; `quant_type` is Q4_0=2, Q4_1=3, Q5_0=6, Q5_1=7, Q8_0=8 or
-      Q4_K=12.
+      rows_w``; `quant_type` is Q4_0=2, Q4_1=3, Q5_0=6, Q5_1=7, Q8_0=8,
+      Q4_K=12 or Q6_K=14.
     - `x` is ``(tokens, cols)`` float32, float16 or bfloat16; `out` is
       ``(tokens, row)`` of `x`'s dtype; both with adjacent elements within a
       row. A result is rounded once to `out`'s dtype.

@@ -20,7 +20,7 @@ A checkpoint loaded with ``load_gguf(path, quantised=True)`` keeps its
 matrices as the file's GGML blocks (4-bit Q4_1 for SmolLM2): every
 projection is then `ggml_mul_mat_vec_a8` (a few rows) or `ggml_mul_mat_a8`
 (prefill), which read the packed blocks directly; activations stay float32.
-On the CPU the blocks of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q4_K are
+On the CPU the blocks of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K are
 interleaved once at load time (`ggml_interleave`, eight rows side by
 side) and read by `ggml_mul_mat_interleaved_a8` (`InterleavedProjection`).
 Gemma-3's Q4_K_M file mixes Q4_K, Q5_0, Q6_K and Q8_0 matrices, even within
@@ -52,9 +52,9 @@ from .kv_cache import PagedKVCache
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 # What `ggml_interleave` takes (`docs/behaviour.md`, "Interleaved GGML
-# weights"): the GGML codes of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q4_K, and
-# row counts in tiles of eight.
-INTERLEAVED_TYPES = (2, 3, 6, 7, 8, 12)
+# weights"): the GGML codes of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and
+# Q6_K, and row counts in tiles of eight.
+INTERLEAVED_TYPES = (2, 3, 6, 7, 8, 12, 14)
 INTERLEAVED_ROWS = 8
 
 # Quantised products of at most this many rows take the matrix-vector

@@ -1738,12 +1738,17 @@ class TiledProductPlan:
     result is the product of the quantised activations with the
     dequantised weight up to float32 rounding, as the integer kernels'."""
 
+    panel_multiple = 1
+
     def __init__(self, quant_type: int, weight, x, out, rows: int) -> None:
         tokens, cols = x.shape
         self.empty = tokens == 0 or rows == 0
         self.tokens, self.rows, self.cols = tokens, rows, cols
         panel_rows = max(PANEL_MIN_ROWS, PANEL_BYTES // (4 * cols))
-        self.panel_rows = max(1, min(rows, panel_rows))
+        # A whole number of `panel_multiple` rows (the interleaved plan's
+        # tiles), at least one multiple.
+        multiple = self.panel_multiple
+        self.panel_rows = max(multiple, min(rows, panel_rows) // multiple * multiple)
         self.values = np.zeros((max(1, tokens), cols), np.float32)
         self.panel = np.zeros((self.panel_rows, cols), np.float32)
         self.quantize = activation_values_kernel(x.dtype)

@@ -39,6 +39,7 @@ from infini.ops.base._ggml import (
     Q4_K,
     Q5_0,
     Q5_1,
+    Q6_K,
     Q8_0,
     row_bytes,
 )
@@ -123,6 +124,70 @@ class K4TileLayout:
 
 
 TILE_LAYOUTS[Q4_K] = K4TileLayout()
+
+
+class K6TileLayout:
+    """Q6_K's tile block (eight rows' super-blocks, 1,680 bytes): the eight
+    ``d`` (16 bytes), per 16 values ``t`` the eight rows' int8 scales (8
+    bytes each, 128), then per half ``h`` of the super-block and step ``s``
+    96 bytes: bytes ``64h + 4s`` to ``64h + 4s + 3`` of each row's low
+    nibbles (values ``128h + 4s..`` and ``128h + 64 + 4s..``), bytes ``64h
+    + 32 + 4s..`` (values ``128h + 32 + 4s..`` and ``128h + 96 + 4s..``),
+    then bytes ``32h + 4s..`` of each row's high bits, 32 bytes each, row
+    after row."""
+
+    quant_type = Q6_K
+    block_bytes = GGML_TYPES[Q6_K].block_bytes
+    tile_scales = 2 * INTERLEAVED_ROWS
+    tile_codes = tile_scales + 16 * INTERLEAVED_ROWS
+    offset = 32
+
+    def __repr__(self) -> str:
+        return "K6TileLayout(Q6_K)"
+
+
+TILE_LAYOUTS[Q6_K] = K6TileLayout()
+
+
+def _interleave_k6(grouped: np.ndarray) -> np.ndarray:
+    """Q6_K tile blocks ``(tiles, count, 1680)`` of the blocks ``(tiles,
+    count, 8 rows, 210)``."""
+    tiles, count, n, _ = grouped.shape
+    low = grouped[..., 0:128].reshape(tiles, count, n, 2, 2, 8, 4)
+    high = grouped[..., 128:192].reshape(tiles, count, n, 2, 8, 4)
+    # (tiles, count, h, s, part, row, 4).
+    codes = np.stack(
+        [
+            low[:, :, :, :, 0].transpose(0, 1, 3, 4, 2, 5),
+            low[:, :, :, :, 1].transpose(0, 1, 3, 4, 2, 5),
+            high.transpose(0, 1, 3, 4, 2, 5),
+        ],
+        axis=4,
+    )
+    parts = [
+        grouped[..., 208:210].reshape(tiles, count, -1),
+        np.swapaxes(grouped[..., 192:208], -1, -2).reshape(tiles, count, -1),
+        codes.reshape(tiles, count, -1),
+    ]
+    return np.concatenate(parts, axis=-1)
+
+
+def _deinterleave_k6(blocks: np.ndarray, target: np.ndarray) -> None:
+    """`_interleave_k6`' inverse into `target` ``(tiles, count, 8, 210)``."""
+    tiles, count, n, _ = target.shape
+    layout = K6TileLayout
+    target[..., 208:210] = blocks[..., 0 : 2 * n].reshape(tiles, count, n, 2)
+    scales = blocks[..., layout.tile_scales : layout.tile_codes]
+    target[..., 192:208] = np.swapaxes(scales.reshape(tiles, count, 16, n), -1, -2)
+    codes = blocks[..., layout.tile_codes :].reshape(tiles, count, 2, 8, 3, n, 4)
+    low = np.stack([codes[:, :, :, :, 0], codes[:, :, :, :, 1]], axis=3)
+    # (tiles, count, h, half, s, row, 4) -> (tiles, count, row, h, half, s, 4).
+    target[..., 0:128] = low.transpose(0, 1, 5, 2, 3, 4, 6).reshape(
+        tiles, count, n, 128
+    )
+    target[..., 128:192] = (
+        codes[:, :, :, :, 2].transpose(0, 1, 4, 2, 3, 5).reshape(tiles, count, n, 64)
+    )
 
 
 # Per group of a Q4_K tile block: the eight rows' scales as a 32-bit word
@@ -242,6 +307,8 @@ def interleave(blocks: np.ndarray, quant_type: int) -> np.ndarray:
     tiles, _, _, _ = grouped.shape
     if quant_type == Q4_K:
         return _interleave_k4(grouped).reshape(rows, width)
+    if quant_type == Q6_K:
+        return _interleave_k6(grouped).reshape(rows, width)
     parts = [grouped[..., 0:2]]
     if layout.minimum is not None:
         parts.append(grouped[..., layout.minimum : layout.minimum + 2])
@@ -265,6 +332,9 @@ def deinterleave(tiles: np.ndarray, quant_type: int, out: np.ndarray) -> None:
     target = out.reshape(rows // n, n, count, layout.block_bytes).transpose(0, 2, 1, 3)
     if quant_type == Q4_K:
         _deinterleave_k4(blocks, target)
+        return
+    if quant_type == Q6_K:
+        _deinterleave_k6(blocks, target)
         return
     target[..., 0:2] = blocks[..., : 2 * n].reshape(-1, count, n, 2)
     if layout.minimum is not None:
@@ -556,6 +626,113 @@ class _K4TileTerms(_TileTerms):
         return result
 
 
+class _K6TileTerms(_TileTerms):
+    """`_TileTerms` of a Q6_K tile block: per 16 values ``t``, ``d *
+    scale_t * x_scale * (sum(q * x) - 32 sum(x))``, eight rows at a time."""
+
+    def block(self, index):
+        builder = self.builder
+        self.index = index
+        self.address = builder.add(
+            self.tile,
+            builder.mul(index, _i64(INTERLEAVED_ROWS * K6TileLayout.block_bytes)),
+        )
+        self.scale = _halves(builder, self.address)
+
+    def _row_scales(self, t):
+        builder = self.builder
+        at = _offset(builder, self.address, K6TileLayout.tile_scales + 8 * t)
+        scales = _load_vector(builder, at, _I8, _LANES)
+        return builder.sitofp(scales, _FLOATS)
+
+    def terms(self, token):
+        builder = self.builder
+        first_group = builder.add(
+            builder.mul(token, self.groups), builder.mul(self.index, _i64(8))
+        )
+        x = builder.add(
+            self.x,
+            builder.add(
+                builder.mul(token, self.cols),
+                builder.mul(self.index, _i64(8 * ACTIVATION_BLOCK)),
+            ),
+        )
+        codes_at = _offset(builder, self.address, K6TileLayout.tile_codes)
+        mask = _constant_splat(_I8, 32, 15)
+        top = _constant_splat(_I8, 32, 0x30)
+        result = []
+        for h in range(2):
+            # Per value group k (32 values) and half: the 32-bit sums.
+            sums = {}
+            pending = {}
+            for step in range(8):
+                at = _offset(builder, codes_at, 96 * (8 * h + step))
+                first, second, bits = (
+                    _load_vector(builder, _offset(builder, at, 32 * part), _I8, 32)
+                    for part in range(3)
+                )
+                codes = (
+                    builder.or_(
+                        builder.and_(first, mask),
+                        builder.and_(
+                            builder.shl(bits, _constant_splat(_I8, 32, 4)), top
+                        ),
+                    ),
+                    builder.or_(
+                        builder.and_(second, mask),
+                        builder.and_(
+                            builder.shl(bits, _constant_splat(_I8, 32, 2)), top
+                        ),
+                    ),
+                    builder.or_(
+                        builder.lshr(first, _constant_splat(_I8, 32, 4)),
+                        builder.and_(bits, top),
+                    ),
+                    builder.or_(
+                        builder.lshr(second, _constant_splat(_I8, 32, 4)),
+                        builder.and_(
+                            builder.lshr(bits, _constant_splat(_I8, 32, 2)), top
+                        ),
+                    ),
+                )
+                half = step // 4
+                for k, values in enumerate(codes):
+                    start = 128 * h + 32 * k + 4 * step
+                    product = _pair_products(
+                        builder,
+                        values,
+                        _broadcast_word(builder, _offset(builder, x, start)),
+                        False,
+                    )
+                    key = (k, half)
+                    # 6-bit codes: two steps at most in 16 bits.
+                    if key in pending:
+                        lanes = _word_pairs(
+                            builder, builder.add(pending.pop(key), product)
+                        )
+                        sums[key] = (
+                            lanes if key not in sums else builder.add(sums[key], lanes)
+                        )
+                    else:
+                        pending[key] = product
+            for k in range(4):
+                group = builder.add(first_group, _i64(4 * h + k))
+                x_scale = self._group_scalar(self.scales, group, _F32, 4)
+                common = builder.fmul(self.scale, _splat(builder, x_scale, _LANES))
+                pair = self._group_scalar(self.sums, group, ir.VectorType(_I32, 2), 8)
+                for half in range(2):
+                    code_sum = builder.extract_element(pair, _I32(half))
+                    offset = builder.mul(code_sum, _I32(32))
+                    lanes = builder.sub(
+                        sums[(k, half)], _splat(builder, offset, _LANES)
+                    )
+                    factor = builder.fmul(
+                        common, self._row_scales(8 * h + 2 * k + half)
+                    )
+                    result.append((builder.sitofp(lanes, _FLOATS), factor))
+        return result
+
+
 def _six_bit_rows(builder, address):
     """Eight rows' 6-bit values (`_rows_packed`) at `address` as i32."""
     word = builder.load(builder.inttoptr(address, _I32.as_pointer()), align=1)
@@ -677,7 +854,7 @@ def _tile_dot(quant_type):
                 for value, value_type in zip(args, signature.args, strict=True)
             ]
             blocks, tokens, acc = values[1], values[2], values[8]
-            kind = _K4TileTerms if quant_type == Q4_K else _TileTerms
+            kind = {Q4_K: _K4TileTerms, Q6_K: _K6TileTerms}.get(quant_type, _TileTerms)
             terms = kind(layout, builder, values)
             one = builder.append_basic_block("tile_one_token")
             several = builder.append_basic_block("tile_several_tokens")
@@ -846,10 +1023,10 @@ class InterleavedTiledPlan(TiledProductPlan):
     tiles) is put back into the file's layout (`deinterleave`) in a byte
     scratch, then dequantised from there."""
 
+    panel_multiple = INTERLEAVED_ROWS
+
     def __init__(self, quant_type: int, weight, x, out, rows: int) -> None:
         super().__init__(quant_type, weight, x, out, rows)
-        n = INTERLEAVED_ROWS
-        self.panel_rows = max(n, self.panel_rows // n * n)
         self.quant_type = quant_type
         self.row_bytes = row_bytes(quant_type, self.cols)
         self.file_rows = np.zeros((self.panel_rows, self.row_bytes), np.uint8)
