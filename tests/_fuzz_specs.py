@@ -1269,7 +1269,7 @@ def _ggml_dequantize(d: Draw) -> Case:
 
 
 def _ggml_product(d: Draw) -> Case:
-    from tests._ggml import TYPES, blocks, check_product, dequantized, odd_columns
+    from tests._ggml import TYPES, blocks, dequantized, odd_columns
 
     quant_type = d.choice(TYPES)
     # At least one token: `tests/_ggml.check_product` reshapes per token.
@@ -1278,6 +1278,18 @@ def _ggml_product(d: Draw) -> Case:
     weight = blocks(quant_type, rows, cols, d.randint(0, 10**6))
     values = dequantized(weight, quant_type)
     x = d.randn(tokens, cols)
+    return Case(
+        [weight, x, quant_type, rows, d.out(tokens, rows)],
+        None,
+        check=_product_check(values),
+        what=f"type {quant_type}",
+    )
+
+
+def _product_check(values):
+    """The check of a GGML product's case: `tests._ggml.check_product`
+    against the dequantised weight `values`."""
+    from tests._ggml import check_product
 
     def check(call):
         try:
@@ -1286,18 +1298,13 @@ def _ggml_product(d: Draw) -> Case:
             return f"`out`: {error}"
         return None
 
-    return Case(
-        [weight, x, quant_type, rows, d.out(tokens, rows)],
-        None,
-        check=check,
-        what=f"type {quant_type}",
-    )
+    return check
 
 
 def _ggml_interleaved_product(d: Draw) -> Case:
     """`_ggml_product` over the interleaved weight: the same bound."""
     import infini.ops
-    from tests._ggml import blocks, check_product, dequantized
+    from tests._ggml import blocks, dequantized
 
     quant_type = d.choice((2, 3, 6, 7, 8, 12, 14))
     tiles, tokens = d.size(1, 3), d.size(1, 20)
@@ -1309,18 +1316,10 @@ def _ggml_interleaved_product(d: Draw) -> Case:
     interleaved = torch.empty_like(weight)
     infini.ops.ggml_interleave(weight, quant_type, interleaved)
     x = d.randn(tokens, cols)
-
-    def check(call):
-        try:
-            check_product(call[4], call[1].to(torch.float32), values)
-        except AssertionError as error:
-            return f"`out`: {error}"
-        return None
-
     return Case(
         [interleaved, x, quant_type, rows, d.out(tokens, rows)],
         None,
-        check=check,
+        check=_product_check(values),
         what=f"type {quant_type}",
     )
 

@@ -1366,6 +1366,20 @@ def quantize_tokens(
         )
 
 
+@helper
+def activation_scratch(tokens, cols, codes, scales, block_sums, sums):
+    """The arrays of `quantize_activations`' scratch at those addresses:
+    codes (int8, ``tokens * cols``), scales and block sums (float32, one per
+    group of 32) and sums (int32, two per group)."""
+    groups = tokens * (cols // ACTIVATION_BLOCK)
+    return (
+        element_array(codes, tokens * cols, np.int8),
+        element_array(scales, groups, np.float32),
+        element_array(block_sums, groups, np.float32),
+        element_array(sums, 2 * groups, np.int32),
+    )
+
+
 def _row_total(quant_type):
     """``row_total(source, x_codes, blocks, scales, block_sums, sums,
     group)``: the dot product of the weight row at `source` (`blocks`
@@ -1471,13 +1485,16 @@ def product_kernel(quant_type: int, dtype: str, parallel: bool):
         sums_address,
         chunks,
     ):
-        groups = cols // ACTIVATION_BLOCK
         x = element_array(x_address, (tokens - 1) * x_stride + cols, storage)
         out = element_array(out_address, (tokens - 1) * out_stride + rows, storage)
-        codes = element_array(codes_address, tokens * cols, np.int8)
-        scales = element_array(scales_address, tokens * groups, np.float32)
-        block_sums = element_array(block_sums_address, tokens * groups, np.float32)
-        sums = element_array(sums_address, 2 * tokens * groups, np.int32)
+        codes, scales, block_sums, sums = activation_scratch(
+            tokens,
+            cols,
+            codes_address,
+            scales_address,
+            block_sums_address,
+            sums_address,
+        )
         if tokens <= SERIAL_QUANTIZE_TOKENS:
             # A few tokens quantise in less time than a parallel region
             # takes to open: the products' region is then the call's only.
@@ -1490,6 +1507,7 @@ def product_kernel(quant_type: int, dtype: str, parallel: bool):
                     x, x_stride, cols, load, codes, scales, block_sums, sums,
                     token, token + 1,
                 )  # fmt: skip
+        groups = cols // ACTIVATION_BLOCK
         blocks = cols // block_elements
         tiles = (rows + tile_rows - 1) // tile_rows
         for chunk in prange(chunks):

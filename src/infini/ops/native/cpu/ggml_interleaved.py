@@ -62,6 +62,7 @@ from .ggml import (
     _load_vector,
     _offset,
     _splat,
+    activation_scratch,
     quantize_tokens,
     x86_madd_instructions,
 )
@@ -506,6 +507,22 @@ class _TileTerms:
             )
         self.codes = _tile_codes(builder, layout, address)
 
+    def _super_block(self, token):
+        """The first activation group and the codes of `token` that meet
+        super-block `self.index` (eight groups of 32)."""
+        builder = self.builder
+        first_group = builder.add(
+            builder.mul(token, self.groups), builder.mul(self.index, _i64(8))
+        )
+        x = builder.add(
+            self.x,
+            builder.add(
+                builder.mul(token, self.cols),
+                builder.mul(self.index, _i64(8 * ACTIVATION_BLOCK)),
+            ),
+        )
+        return first_group, x
+
     def _group_scalar(self, base, group, scalar_type, size):
         builder = self.builder
         address = builder.add(base, builder.mul(group, _i64(size)))
@@ -575,16 +592,7 @@ class _K4TileTerms(_TileTerms):
 
     def terms(self, token):
         builder = self.builder
-        first_group = builder.add(
-            builder.mul(token, self.groups), builder.mul(self.index, _i64(8))
-        )
-        x = builder.add(
-            self.x,
-            builder.add(
-                builder.mul(token, self.cols),
-                builder.mul(self.index, _i64(8 * ACTIVATION_BLOCK)),
-            ),
-        )
+        first_group, x = self._super_block(token)
         codes_at = _offset(builder, self.address, K4TileLayout.tile_codes)
         result = []
         for pair in range(4):
@@ -647,16 +655,7 @@ class _K6TileTerms(_TileTerms):
 
     def terms(self, token):
         builder = self.builder
-        first_group = builder.add(
-            builder.mul(token, self.groups), builder.mul(self.index, _i64(8))
-        )
-        x = builder.add(
-            self.x,
-            builder.add(
-                builder.mul(token, self.cols),
-                builder.mul(self.index, _i64(8 * ACTIVATION_BLOCK)),
-            ),
-        )
+        first_group, x = self._super_block(token)
         codes_at = _offset(builder, self.address, K6TileLayout.tile_codes)
         mask = _constant_splat(_I8, 32, 15)
         top = _constant_splat(_I8, 32, 0x30)
@@ -917,14 +916,18 @@ def interleaved_product_kernel(quant_type: int, dtype: str, parallel: bool):
         acc_address,
         chunks,
     ):
-        groups = cols // ACTIVATION_BLOCK
         x = element_array(x_address, (tokens - 1) * x_stride + cols, storage)
         out = element_array(out_address, (tokens - 1) * out_stride + rows, storage)
-        codes = element_array(codes_address, tokens * cols, np.int8)
-        scales = element_array(scales_address, tokens * groups, np.float32)
-        block_sums = element_array(block_sums_address, tokens * groups, np.float32)
-        sums = element_array(sums_address, 2 * tokens * groups, np.int32)
+        codes, scales, block_sums, sums = activation_scratch(
+            tokens,
+            cols,
+            codes_address,
+            scales_address,
+            block_sums_address,
+            sums_address,
+        )
         acc = element_array(acc_address, chunks * tokens * tile_rows, np.float32)
+        # As `ggml.product_kernel`: a decode batch quantises serially.
         if tokens <= SERIAL_QUANTIZE_TOKENS:
             quantize_tokens(
                 x, x_stride, cols, load, codes, scales, block_sums, sums, 0, tokens
