@@ -413,10 +413,12 @@ def ggml_interleave(rows):
 
 
 def ggml_mul_mat_interleaved_a8(rows):
-    weight = torch.empty_like(_q8_0_blocks(8))
-    import infini.ops
+    # The layout's own function, not the operator: under the Triton
+    # interpreter a CPU tensor stands for a GPU's, which has no
+    # `ggml_interleave` (this module is imported there too).
+    from infini.ops.native.cpu.ggml_interleaved import interleave
 
-    infini.ops.ggml_interleave(_q8_0_blocks(8), 8, weight)
+    weight = torch.from_numpy(interleave(_q8_0_blocks(8).numpy(), 8))
     return Call([weight, _f(rows, 32), 8, 5, _out(rows, 5)])
 
 

@@ -113,15 +113,17 @@ class QuantisedProjection:
         else:
             ops.ggml_mul_mat_a8(self.blocks, x, self.quant_type, self.rows, out)
 
-    def prepared(self):
-        """The projection to run: on a device with `ggml_interleave`, for
-        a type and row count it takes, a copy of the blocks interleaved
-        (`InterleavedProjection`; the checkpoint's arrays are left as they
-        are, another model may be built from them); otherwise this
-        projection."""
+    def prepared(self, on_host: bool):
+        """The projection to run: on the CPU path (`on_host`; not under the
+        Triton interpreter, where CPU tensors stand for a GPU's), for a type
+        and row count `ggml_interleave` takes, a copy of the blocks
+        interleaved (`InterleavedProjection`; the checkpoint's arrays are
+        left as they are, another model may be built from them); otherwise
+        this projection."""
         device = self.blocks.device.type
         if (
-            self.quant_type not in INTERLEAVED_TYPES
+            not on_host
+            or self.quant_type not in INTERLEAVED_TYPES
             or self.rows % INTERLEAVED_ROWS
             or not ops.GgmlInterleave.active_implementation_indices(device)
             or not ops.GgmlMulMatInterleavedA8.active_implementation_indices(device)
@@ -195,15 +197,15 @@ def _fused_projection(matrices, dtype, device, on_host):
         first = matrices[0]
         return QuantisedProjection(
             QuantisedMatrix(stacked, first.quant_type, first.cols), device
-        ).prepared()
+        ).prepared(on_host)
     return ConcatenatedProjection(
-        [QuantisedProjection(matrix, device).prepared() for matrix in matrices]
+        [QuantisedProjection(matrix, device).prepared(on_host) for matrix in matrices]
     )
 
 
 def _projection(matrix, dtype, device, on_host):
     if isinstance(matrix, QuantisedMatrix):
-        return QuantisedProjection(matrix, device).prepared()
+        return QuantisedProjection(matrix, device).prepared(on_host)
     return DenseProjection(_to_device_dtype(matrix, dtype, device, on_host))
 
 
@@ -418,7 +420,7 @@ class DecoderModel:
         if not config.tie_word_embeddings:
             self.lm_head = _projection(checkpoint.lm_head, dtype, device, on_host)
         elif isinstance(embed, QuantisedMatrix):
-            self.lm_head = embed_blocks.prepared()
+            self.lm_head = embed_blocks.prepared(on_host)
         else:
             self.lm_head = DenseProjection(self.embed_tokens)
         # One rotary table per distinct base (a Gemma's local and global
