@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from functools import cache
 
+import numba
 import numpy as np
 from numba import prange
 
@@ -916,8 +917,6 @@ class PagedAttentionLaunch:
         self.block_tokens = max(1, self.TASK_ROWS // group)
         # Decode tasks wanted in all: a few sequences' (sequence, kv head)
         # tasks are split over ranges of keys until every thread has two.
-        import numba
-
         self.split_tasks = 0 if prefill else 2 * numba.get_num_threads()
         # Output, query and caches found apart (`run`).
         self.apart = KnownAddresses()

@@ -988,15 +988,18 @@ def _lane_sums(builder, codes, x_address, signed=False):
         )
     if not signed:
         return _madd(builder, codes, x)
-    # Signed codes: the sign moves from each code to its activation
-    # (``q * x = |q| * (sign(q) x)``, `psignb`), so the unsigned-by-signed
-    # byte multiply-add takes them: |q| <= 128 (-128 reads as the unsigned
-    # 128) times activations of at most 127 in magnitude stays within the
-    # 16-bit pair sums. Four instructions where widening both to 16 bits
-    # takes nine.
+    # Four instructions where widening both to 16 bits takes nine.
+    return _madd(builder, *signs_moved(builder, codes, x))
+
+
+def signs_moved(builder, codes, x):
+    """``(|codes|, sign(codes) * x)`` for 32 signed i8 codes (AVX2
+    `psignb`): ``q * x = |q| * (sign(q) x)``, so the unsigned-by-signed
+    byte multiply-add takes signed codes. |q| <= 128 (-128 reads as the
+    unsigned 128) times activations of at most 127 in magnitude stays
+    within the 16-bit pair sums."""
     sign = _declare(builder, "llvm.x86.avx2.psign.b", codes.type, [codes.type] * 2)
-    magnitudes = builder.call(sign, [codes, codes])
-    return _madd(builder, magnitudes, builder.call(sign, [x, codes]))
+    return builder.call(sign, [codes, codes]), builder.call(sign, [x, codes])
 
 
 def _load_scalar(builder, address, scalar_type):
@@ -1548,6 +1551,11 @@ class ProductPlan:
     the scratch holding the quantised activations (the dispatcher keeps an
     operator per thread, so the scratch is never shared between threads)."""
 
+    # The kernel factory (`product_kernel`'s arguments) and the output rows
+    # a kernel tile computes together.
+    kernel = staticmethod(product_kernel)
+    tile_rows = TILE_ROWS
+
     def __init__(self, quant_type: int, weight, x, out, rows: int) -> None:
         import numba
 
@@ -1555,7 +1563,7 @@ class ProductPlan:
         entry = GGML_TYPES[quant_type]
         groups = cols // ACTIVATION_BLOCK
         work = rows * cols // entry.block_elements * entry.block_bytes * tokens
-        tiles = -(-rows // TILE_ROWS)
+        tiles = -(-rows // self.tile_rows)
         parallel = work >= PARALLEL_WORK and tiles > 1
         chunks = (
             min(tiles, CHUNKS_PER_THREAD * numba.get_num_threads()) if parallel else 1
@@ -1565,7 +1573,7 @@ class ProductPlan:
         self.block_sums = np.zeros(max(1, tokens * groups), np.float32)
         self.sums = np.zeros(max(1, 2 * tokens * groups), np.int32)
         self.empty = tokens == 0 or rows == 0
-        self.run = product_kernel(quant_type, x.dtype, parallel)
+        self.run = self.kernel(quant_type, x.dtype, parallel)
         self.weight_stride = weight.strides[0]
         self.x_stride = x.strides[0]
         self.out_stride = out.strides[0]
@@ -1577,8 +1585,14 @@ class ProductPlan:
             self.scales.ctypes.data,
             self.block_sums.ctypes.data,
             self.sums.ctypes.data,
+            *self.kernel_scratch(tokens, chunks),
             chunks,
         )
+
+    def kernel_scratch(self, tokens: int, chunks: int) -> tuple:
+        """Addresses of the kernel's own scratch, after the activations'."""
+        del tokens, chunks  # `product_kernel` has none.
+        return ()
 
     def launch(self, weight, x, out) -> None:
         if not self.empty:
@@ -1849,10 +1863,12 @@ def product_plan(quant_type: int, weight, x, out, rows: int):
     return kind(quant_type, weight, x, out, rows)
 
 
-def precompile_product(operator: str) -> int:
+def precompile_product(operator: str, types=None) -> int:
     """Runs `infini.ops.<operator>` on small and large (parallel) weights of
-    each supported type for each activation dtype, with few tokens (the
-    integer kernels) and `TILED_MIN_TOKENS` (the tiled path)."""
+    each of `types` (default: every supported type) for each activation
+    dtype, with few tokens (the integer kernels) and `TILED_MIN_TOKENS`
+    (the tiled path). The weights are zeros, which every layout reads
+    alike (row counts are whole tiles of eight)."""
     import torch
 
     import infini.ops
@@ -1860,7 +1876,7 @@ def precompile_product(operator: str) -> int:
 
     function = getattr(infini.ops, operator)
     calls = 0
-    for quant_type in SUPPORTED_TYPES:
+    for quant_type in types or SUPPORTED_TYPES:
         entry = GGML_TYPES[quant_type]
         for rows, cols, tokens in (
             (8, 256, 2),

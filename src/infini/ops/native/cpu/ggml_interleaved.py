@@ -51,10 +51,9 @@ from .ggml import (
     _I16,
     _I32,
     _MADD,
-    CHUNKS_PER_THREAD,
-    PARALLEL_WORK,
     SERIAL_QUANTIZE_TOKENS,
     TILED_MIN_TOKENS,
+    ProductPlan,
     TiledProductPlan,
     _constant_splat,
     _declare,
@@ -64,6 +63,7 @@ from .ggml import (
     _splat,
     activation_scratch,
     quantize_tokens,
+    signs_moved,
     x86_madd_instructions,
 )
 from .jit import kernel
@@ -367,11 +367,7 @@ def _pair_products(builder, codes, x, signed):
     `psignb`), else widened products added in pairs."""
     if x86_madd_instructions():
         if signed:
-            sign = _declare(
-                builder, "llvm.x86.avx2.psign.b", codes.type, [codes.type] * 2
-            )
-            x = builder.call(sign, [x, codes])
-            codes = builder.call(sign, [codes, codes])
+            codes, x = signs_moved(builder, codes, x)
         words = ir.VectorType(_I16, 16)
         function = _declare(builder, _MADD[32][0], words, [codes.type, x.type])
         return builder.call(function, [codes, x])
@@ -972,45 +968,21 @@ def interleaved_product_kernel(quant_type: int, dtype: str, parallel: bool):
     return kernel(run, parallel=parallel)
 
 
-class InterleavedProductPlan:
-    """The launch of an interleaved product of fewer than
-    `TILED_MIN_TOKENS` tokens for one geometry: the kernel, the strides and
-    the scratch (one operator per thread, so never shared)."""
+class InterleavedProductPlan(ProductPlan):
+    """`ProductPlan` of an interleaved product of fewer than
+    `TILED_MIN_TOKENS` tokens: the tile kernel, with a float32 scratch of
+    eight running sums per token and chunk."""
 
-    def __init__(self, quant_type: int, weight, x, out, rows: int) -> None:
-        import numba
+    kernel = staticmethod(interleaved_product_kernel)
+    tile_rows = INTERLEAVED_ROWS
 
-        tokens, cols = x.shape
-        groups = cols // ACTIVATION_BLOCK
-        work = rows * row_bytes(quant_type, cols) * tokens
-        tiles = -(-rows // INTERLEAVED_ROWS)
-        parallel = work >= PARALLEL_WORK and tiles > 1
-        chunks = (
-            min(tiles, CHUNKS_PER_THREAD * numba.get_num_threads()) if parallel else 1
-        )
-        self.codes = np.zeros(max(1, tokens * cols), np.int8)
-        self.scales = np.zeros(max(1, tokens * groups), np.float32)
-        self.block_sums = np.zeros(max(1, tokens * groups), np.float32)
-        self.sums = np.zeros(max(1, 2 * tokens * groups), np.int32)
+    def kernel_scratch(self, tokens: int, chunks: int) -> tuple:
         self.acc = np.zeros(max(1, chunks * tokens * INTERLEAVED_ROWS), np.float32)
-        self.empty = tokens == 0 or rows == 0
-        self.run = interleaved_product_kernel(quant_type, x.dtype, parallel)
-        self.x_stride = x.strides[0]
-        self.out_stride = out.strides[0]
-        self.tail = (
-            tokens,
-            rows,
-            cols,
-            self.codes.ctypes.data,
-            self.scales.ctypes.data,
-            self.block_sums.ctypes.data,
-            self.sums.ctypes.data,
-            self.acc.ctypes.data,
-            chunks,
-        )
+        return (self.acc.ctypes.data,)
 
     def launch(self, weight, x, out) -> None:
         if not self.empty:
+            # Tiles are whole runs of bytes: no row stride.
             self.run(
                 weight.data_ptr(),
                 x.data_ptr(),
@@ -1057,31 +1029,3 @@ def interleaved_plan(quant_type: int, weight, x, out, rows: int):
     tiled = x.shape[0] >= TILED_MIN_TOKENS
     kind = InterleavedTiledPlan if tiled else InterleavedProductPlan
     return kind(quant_type, weight, x, out, rows)
-
-
-def precompile_interleaved() -> int:
-    """Runs `infini.ops.ggml_mul_mat_interleaved_a8` on small and large
-    (parallel) weights of each interleaved type for each activation dtype,
-    with few tokens (the tile kernels) and `TILED_MIN_TOKENS` (the tiled
-    path)."""
-    import torch
-
-    import infini.ops
-    from infini.ops.base._ggml import FLOAT_DTYPES, INTERLEAVED_TYPES
-
-    calls = 0
-    for quant_type in INTERLEAVED_TYPES:
-        for rows, cols, tokens in (
-            (8, 256, 2),
-            (1024, 512, 2),
-            (8, 256, TILED_MIN_TOKENS),
-        ):
-            weight = torch.zeros(rows, row_bytes(quant_type, cols), dtype=torch.uint8)
-            for name in FLOAT_DTYPES:
-                x = torch.zeros(tokens, cols, dtype=getattr(torch, name))
-                out = torch.empty(tokens, rows, dtype=x.dtype)
-                infini.ops.ggml_mul_mat_interleaved_a8(
-                    weight, x, quant_type, rows, out, implementation_index=0
-                )
-                calls += 1
-    return calls

@@ -5,12 +5,11 @@ from it, the tiled BLAS path over panels put back into the file's layout
 
 from __future__ import annotations
 
+from infini.ops.base._ggml import INTERLEAVED_TYPES
 from infini.ops.base.ggml_mul_mat_interleaved_a8 import GgmlMulMatInterleavedA8
 from infini.ops.core.registry import implementation
-from infini.ops.native.cpu.ggml_interleaved import (
-    interleaved_plan,
-    precompile_interleaved,
-)
+from infini.ops.native.cpu.ggml import precompile_product
+from infini.ops.native.cpu.ggml_interleaved import interleaved_plan
 
 
 @implementation(operator="ggml_mul_mat_interleaved_a8", devices=("cpu",), slot=0)
@@ -29,4 +28,4 @@ class CpuGgmlMulMatInterleavedA8(GgmlMulMatInterleavedA8):
     def precompile(cls) -> int:
         """Compiles the serial and parallel tile kernels of each type and
         activation dtype, and the tiled path's kernels."""
-        return precompile_interleaved()
+        return precompile_product("ggml_mul_mat_interleaved_a8", INTERLEAVED_TYPES)
