@@ -127,6 +127,41 @@ def test_linear_sixteen_bit_prefill_rows_at_slot_0(monkeypatch, dtype, native, l
     torch.testing.assert_close(out.double(), expected.double(), rtol=rtol, atol=atol)
 
 
+@pytest.mark.parametrize("dtype, rtol, atol", DTYPES, ids=str)
+@pytest.mark.parametrize("tokens", [1, 3, 4, 5, 9, 32])
+@pytest.mark.parametrize(
+    "layout", ["contiguous", "strided", "out_is_input", "out_in_weight"]
+)
+def test_linear_decode_rows(dtype, rtol, atol, tokens, layout, device):
+    """A decode step's few rows (the weight-rows kernel on the CPU, run on
+    the caller's memory): rows with a padded stride, an output that is a
+    column slice of a wider buffer, an output in the input's own memory,
+    and one in the weight's (staged: the weight is read while written)."""
+    generator = torch.Generator().manual_seed(tokens)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=generator).to(dtype).to(device)
+
+    weight = randn(40, 70)
+    if layout == "strided":
+        input = randn(tokens, 90)[:, 3:73]
+        out = torch.empty(tokens, 100, dtype=dtype, device=device)[:, 50:90]
+    elif layout == "out_is_input":
+        input = randn(tokens, 70)
+        out = input[:, 10:50]
+    elif layout == "out_in_weight":
+        input = randn(tokens, 70)
+        storage = randn(40 * 70 + tokens * 40)
+        weight = storage[: 40 * 70].view(40, 70)
+        out = storage[40 * 70 - 20 : 40 * 70 - 20 + tokens * 40].view(tokens, 40)
+    else:
+        input = randn(tokens, 70)
+        out = torch.empty(tokens, 40, dtype=dtype, device=device)
+    expected = (input.double() @ weight.double().T).to(dtype)
+    infini.ops.linear(input, weight, None, out)
+    torch.testing.assert_close(out.double(), expected.double(), rtol=rtol, atol=atol)
+
+
 def test_linear_float64(device, implementation_index):
     input = torch.randn(3, 5, 33, dtype=torch.float64, device=device)
     weight = torch.randn(7, 33, dtype=torch.float64, device=device)

@@ -6,14 +6,18 @@ Operands arrive as data addresses with shapes and strides (in elements);
 copy, keeping every stride (stride-0 broadcasts and transposes included).
 `MatmulPlan` then runs ``out = alpha * (a @ b) + bias`` in float32 (float64
 for float64 tensors): 16-bit floats are widened first and the result is
-rounded back once, to nearest even. On a CPU with 16-bit matrix
-instructions (`has_sixteen_bit_instructions`), a 16-bit product without
-scale or bias that the narrow-weight kernel does not take runs torch's own
-16-bit matmul instead (float32 accumulation, rounded once), which reads the
-weight as it is. The product goes straight into the
-caller's output when that is safe (a float32/float64 output that overlaps no
-input and that BLAS can write); otherwise into a buffer that is copied into
-the output afterwards, so an output may alias its inputs.
+rounded back once, to nearest even. At most `WEIGHT_ROWS_MAX` rows times a
+weight with unit stride along the reduction (`linear`'s weight) run the
+weight-rows kernel instead (`weight_rows.py`: the weight read once in its
+own dtype; straight on the caller's memory when the rows and the output
+share a dtype and there is no scale or bias). On a CPU with 16-bit matrix
+instructions (`has_sixteen_bit_instructions`), a larger 16-bit product
+without scale or bias runs torch's own 16-bit matmul (float32
+accumulation, rounded once), which reads the weight as it is. The product
+goes straight into the caller's output when that is safe (a float32/float64
+output that overlaps no input and that BLAS can write); otherwise into a
+buffer that is copied into the output afterwards, so an output may alias
+its inputs.
 """
 
 from __future__ import annotations
@@ -21,12 +25,11 @@ from __future__ import annotations
 from functools import cache
 
 import numpy as np
-from numba import prange
 
 from infini.ops.core.geometry import span
 
-from .jit import helper, kernel
-from .numeric import bfloat16_bits_to_float32, float16_bits_to_float32
+from .weight_rows import MAX_ROWS as WEIGHT_ROWS_MAX
+from .weight_rows import WeightRowsPlan
 
 # The NumPy type a tensor's memory is viewed as: bfloat16 has no NumPy type
 # and is viewed as its `uint16` bit pattern.
@@ -122,98 +125,6 @@ def store(view: HostView, address: int, values: np.ndarray) -> None:
     if view.dtype == "bfloat16":
         values = float32_to_bfloat16(values)
     np.copyto(target, values, casting="unsafe")
-
-
-# At most this many rows of `a` take the 16-bit weight kernel: it streams
-# the weight once in its own format, where BLAS would need a float32 copy of
-# it on every call. Longer products amortise that copy over their rows and
-# run faster in BLAS.
-NARROW_WEIGHT_MAX_ROWS = 32
-
-
-# Weight rows each task widens and multiplies: enough work per task to hide
-# the scheduling, small enough to spread over the cores.
-_NARROW_WEIGHT_COLUMNS_PER_TASK = 64
-
-
-def _rows_times_row(convert):
-    @helper
-    def rows_times_row(a, source, out, column):
-        """``out[:, column] = a @ convert(source)`` for float32 rows `a`
-        ``(m, k)`` and one weight row `source` of `k` elements. Four rows
-        per pass: one load of each weight element feeds four products."""
-        rows, depth = a.shape
-        full = rows - rows % 4
-        for row in range(0, full, 4):
-            total0 = total1 = total2 = total3 = np.float32(0.0)
-            for index in range(depth):
-                value = convert(source[index])
-                total0 += a[row, index] * value
-                total1 += a[row + 1, index] * value
-                total2 += a[row + 2, index] * value
-                total3 += a[row + 3, index] * value
-            out[row, column] = total0
-            out[row + 1, column] = total1
-            out[row + 2, column] = total2
-            out[row + 3, column] = total3
-        for row in range(full, rows):
-            total = np.float32(0.0)
-            for index in range(depth):
-                total += a[row, index] * convert(source[index])
-            out[row, column] = total
-
-    return rows_times_row
-
-
-def _narrow_weight_rows(widen, direct_rows):
-    """The product for a weight whose elements `widen` turns into float32.
-    Up to `direct_rows` rows of `a` read the weight as it is, widening each
-    element for every four rows; more rows widen each weight row once into
-    a scratch row that all of them read."""
-    direct = _rows_times_row(widen)
-    scratched = _rows_times_row(_float32_as_is)
-
-    def product(a, weight_bits, out):
-        """``out = a @ weight.T`` for float32 `a` ``(m, k)`` and a weight
-        ``(n, k)`` (16-bit bit patterns, or float32), accumulated in
-        float32."""
-        rows, depth = a.shape
-        columns = weight_bits.shape[0]
-        step = _NARROW_WEIGHT_COLUMNS_PER_TASK
-        for task in prange((columns + step - 1) // step):
-            last = min(columns, (task + 1) * step)
-            if rows <= direct_rows:
-                for column in range(task * step, last):
-                    direct(a, weight_bits[column], out, column)
-                continue
-            scratch = np.empty(depth, np.float32)
-            for column in range(task * step, last):
-                for index in range(depth):
-                    scratch[index] = widen(weight_bits[column, index])
-                scratched(a, scratch, out, column)
-
-    return kernel(product, parallel=True, fastmath={"reassoc", "contract"})
-
-
-@helper
-def _float32_as_is(value):
-    return value
-
-
-@cache
-def narrow_weight_kernel(dtype: str):
-    """The kernel multiplying float32 rows by a bfloat16, float16 or float32
-    weight read in place (compiled on first use, cached on disk)."""
-    # A float32 weight needs no widening: every row count reads it as it
-    # is. A 16-bit one is widened once per four rows up to four rows (one
-    # pass over the weight, as a decode step's few rows need), once per
-    # weight row beyond.
-    widen, direct_rows = {
-        "bfloat16": (bfloat16_bits_to_float32, 4),
-        "float16": (float16_bits_to_float32, 4),
-        "float32": (_float32_as_is, NARROW_WEIGHT_MAX_ROWS),
-    }[dtype]
-    return _narrow_weight_rows(widen, direct_rows)
 
 
 @cache
@@ -371,10 +282,30 @@ class MatmulPlan:
             and len(a.shape) == 2
             and len(b.shape) == 2
             and len(out.shape) == 2
-            and a.shape[0] <= NARROW_WEIGHT_MAX_ROWS
+            and a.shape[0] <= WEIGHT_ROWS_MAX
             and b.strides[0] == 1
             and not self.reduction_empty
         )
+        # A narrow-weight product whose rows and output are of one dtype,
+        # with no scale or bias, runs straight on the caller's memory; the
+        # others (and a weight that overlaps the output) are staged in
+        # float32 (`_staged_rows`, built on first use).
+        self.weight_rows = None
+        self.staged_rows = None
+        if (
+            self.narrow_weight
+            and a.dtype == out.dtype
+            and alpha == 1.0
+            and bias is None
+            and self.out_writable
+            and (a.strides[1] == 1 or a.shape[1] == 1)
+        ):
+            self.weight_rows = WeightRowsPlan(
+                b.dtype,
+                out.dtype,
+                *self._weight_rows_geometry(),
+                (b.strides[1], a.strides[0], out.strides[0]),
+            )
         # On a CPU with 16-bit matrix instructions, other 16-bit products (a
         # prefill's rows) run torch's 16-bit matmul (oneDNN on those
         # instructions, float32 accumulation, one rounding) on the operands
@@ -404,12 +335,16 @@ class MatmulPlan:
             self._run_sixteen_bit(a_address, b_address, out_address)
             return
         elif self.narrow_weight:
-            a = np.ascontiguousarray(self.a.load(a_address, self.compute))
-            weight_bits = self.b.raw(b_address).T
-            if self.b.dtype != "float32":
-                weight_bits = weight_bits.view(np.uint16)
-            result = np.empty(out_view.shape, self.compute)
-            narrow_weight_kernel(self.b.dtype)(a, weight_bits, result)
+            # The rows are widened into the kernel's scratch before any
+            # result is written, so only the weight must lie apart.
+            if self.weight_rows is not None and not self.out.overlaps(
+                out_address, self.b, b_address
+            ):
+                self.weight_rows.launch(b_address, a_address, out_address)
+                return
+            a = np.ascontiguousarray(self.a.load(a_address, np.float32))
+            result = np.empty(out_view.shape, np.float32)
+            self._staged_rows().launch(b_address, a.ctypes.data, result.ctypes.data)
         else:
             a = _blas_readable(self.a.load(a_address, self.compute))
             b = _blas_readable(self.b.load(b_address, self.compute))
@@ -428,6 +363,26 @@ class MatmulPlan:
                 result = np.asarray(np.matmul(a, b))
         self._finish(result, bias_address)
         store(out_view, out_address, result)
+
+    def _weight_rows_geometry(self) -> tuple[int, int, int]:
+        """``(tokens, columns, depth)`` of a narrow-weight product."""
+        (tokens, depth), columns = self.a.shape, self.b.shape[1]
+        return tokens, columns, depth
+
+    def _staged_rows(self) -> WeightRowsPlan:
+        """The narrow-weight product on float32 copies of the rows and the
+        result (contiguous)."""
+        if self.staged_rows is None:
+            tokens, columns, depth = self._weight_rows_geometry()
+            self.staged_rows = WeightRowsPlan(
+                self.b.dtype,
+                "float32",
+                tokens,
+                columns,
+                depth,
+                (self.b.strides[1], depth, columns),
+            )
+        return self.staged_rows
 
     def _run_sixteen_bit(self, a_address: int, b_address: int, out_address: int):
         import torch

@@ -44,7 +44,7 @@ class CpuLinear(Linear):
     @classmethod
     def precompile(cls) -> int:
         """Compiles the small-row product kernel (at most
-        `NARROW_WEIGHT_MAX_ROWS` rows by a transposed weight) for each
+        `weight_rows.MAX_ROWS` rows by a transposed weight) for each
         precompiled dtype; larger products run NumPy's BLAS."""
         import torch
 
