@@ -212,6 +212,45 @@ def test_tiny_bfloat16_runs(tiny_llama):
         assert error <= 0.1, f"bfloat16 max error {error}"
 
 
+def test_tiny_replayed_steps_match_fresh_steps(tiny_llama, monkeypatch):
+    """Steps of a shape seen before replay its recorded operator calls
+    (`DecoderModel.forward`): the logits are those of running every step
+    afresh, bit for bit, across prefill chunks, decode steps and sequences
+    joining and leaving (which change the step's shape back and forth)."""
+    checkpoint = checkpoint_from_transformers(tiny_llama)
+    options = dict(max_seqs=3, max_tokens=12, max_seq_len=64, block_size=4)
+    logits = {}
+    for replay in (False, True):
+        model = LlamaModel(checkpoint, **options)
+        model.replay = replay
+        fresh_steps = []
+        run_step = model._run_step
+
+        def counted(*shape, run_step=run_step, fresh_steps=fresh_steps):
+            fresh_steps.append(shape)
+            return run_step(*shape)
+
+        monkeypatch.setattr(model, "_run_step", counted)
+        scheduler = Scheduler(model)
+        rng = np.random.default_rng(4)
+        for length, new_tokens in ((5, 9), (19, 4), (2, 7)):
+            scheduler.add(list(rng.integers(0, 256, size=length)), new_tokens)
+        rows = []
+        while not scheduler.idle:
+            scheduler.step()
+            rows.append(scheduler.last_logits.clone())
+        logits[replay] = rows
+        steps = len(rows)
+        if replay:
+            # Only the first step of each shape ran afresh.
+            assert len(fresh_steps) == len(set(fresh_steps)) < steps
+        else:
+            assert len(fresh_steps) == steps
+    assert len(logits[True]) == len(logits[False])
+    for replayed, fresh in zip(logits[True], logits[False], strict=True):
+        assert torch.equal(replayed, fresh)
+
+
 # --- The real model -------------------------------------------------------
 
 REAL_PROMPTS = (

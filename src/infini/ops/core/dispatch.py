@@ -32,7 +32,7 @@ import sys
 import threading
 from collections.abc import Callable
 
-from . import docs, tracing
+from . import docs, recording, tracing
 from .config import parse_config
 from .custom_ops import attach_traceable
 from .devices import DeviceMap
@@ -463,6 +463,7 @@ class OperatorEntry:
         if config is not None:
             config = parse_config(config)
             operator = self._build(bound, values, implementation_index, config)
+            recording.mark_incomplete()
             bound.run(operator, stream, values)
             return None
         try:
@@ -484,6 +485,8 @@ class OperatorEntry:
                 cache[key] = operator
         if tracing.TRACE_CALLS:
             self._trace(operator)
+        if recording.ACTIVE is not None:
+            recording.ACTIVE.add(bound.run, operator, stream, values)
         bound.run(operator, stream, values)
         return None
 
@@ -530,6 +533,8 @@ class OperatorEntry:
                 if len(operators) >= CONSTRUCTED_LIMIT:
                     operators.clear()
                 operators[key] = operator
+        if recording.ACTIVE is not None:
+            recording.ACTIVE.add(bound.run, operator, 0, values)
         bound.run(operator, 0, values)
 
     def _reject_call_keywords(self, kwargs: dict) -> None:
@@ -775,6 +780,7 @@ class OperatorEntry:
         config = parse_config(config)
         bound, values = self._resolve(args, kwargs)
         operator = self._build(bound, values, implementation_index, config)
+        recording.mark_incomplete()
         bound.run(operator, stream, values)
 
     def _trace(self, operator: Operator) -> None:
@@ -847,6 +853,8 @@ def make_function(entry: OperatorEntry) -> Callable:
                 else:
                     if tracing.TRACE_CALLS:
                         entry._trace(operator)
+                    if recording.ACTIVE is not None:
+                        recording.ACTIVE.add(bound.run, operator, stream, values)
                     bound.run(operator, stream, values)
                     return None
         return call(args, kwargs, stream, implementation_index)
@@ -885,6 +893,8 @@ def make_class(entry: OperatorEntry) -> type:
                 except Exception:
                     pass
                 else:
+                    if recording.ACTIVE is not None:
+                        recording.ACTIVE.add(bound.run, operator, 0, values)
                     bound.run(operator, 0, values)
                     return None
         call_constructed(self, args, kwargs)

@@ -39,11 +39,14 @@ staging included. The CPU path (the default) stages nothing.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import torch
 
 import infini.ops as ops
 from infini.ops.core.devices import TRITON_INTERPRETER
+from infini.ops.core.recording import record
 
 from .families import ModelConfig
 from .gguf_loader import LlamaCheckpoint, QuantisedMatrix, load_gguf
@@ -56,6 +59,9 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 # Q6_K, and row counts in tiles of eight.
 INTERLEAVED_TYPES = (2, 3, 6, 7, 8, 12, 14)
 INTERLEAVED_ROWS = 8
+
+# Step shapes whose recorded calls a model keeps for replay (`forward`).
+RECORDED_STEP_SHAPES = 16
 
 # Quantised products of at most this many rows take the matrix-vector
 # kernel (each weight block read once per row); more rows take the tiled
@@ -482,12 +488,16 @@ class DecoderModel:
         self.last_hidden = empty(max_seqs, hidden)
         self.logits = empty(max_seqs, config.vocab_size)
         self._all_logits = None
-        step = self.forward
+        # Replaying recorded steps (`forward`): not under `torch.compile`,
+        # whose graph already holds the calls.
+        self.replay = not compile
+        self._recordings: dict[tuple, tuple] = {}
+        step = self._replayed_step
         if compile:
             # The step counts are symbolic (`dynamic`), so one graph serves
             # every step shape beyond the 0 and 1 Dynamo specialises on.
             step = torch.compile(
-                step,
+                self._run_step,
                 backend="inductor" if compile is True else compile,
                 fullgraph=True,
                 dynamic=True,
@@ -496,7 +506,7 @@ class DecoderModel:
             # The copy of the inputs runs before the (maybe compiled) step.
             self._step = step
             self.forward = self._staged_forward
-        elif compile:
+        else:
             self.forward = step
 
     def weight_bytes_per_token(self) -> int:
@@ -533,7 +543,55 @@ class DecoderModel:
         listed in `logit_rows`, or with `all_logits` those of every row.
 
         The inputs are the fields of `inputs` (`StepInputs`); on the device
-        path the caller writes `host_inputs` and this copies them first."""
+        path the caller writes `host_inputs` and this copies them first.
+
+        The first step of each shape (the four counts and `all_logits`)
+        records its operator calls (`infini.ops.core.recording`); later
+        steps of that shape replay them, launching each operator on the
+        same buffers and views directly, which skips the dispatcher's
+        binding and cache lookup and this method's Python (about 3 µs per
+        call, a few hundred calls per step). The calls, tensors and scalars
+        of a step depend on its shape alone: the step's values travel in
+        the buffers. Set `replay` False to run every step afresh."""
+        return self._replayed_step(
+            num_tokens, num_decode, num_prefill, num_logits, all_logits
+        )
+
+    def _replayed_step(
+        self,
+        num_tokens: int,
+        num_decode: int,
+        num_prefill: int,
+        num_logits: int,
+        all_logits: bool = False,
+    ) -> torch.Tensor:
+        """`forward` with the replay of recorded steps."""
+        shape = (num_tokens, num_decode, num_prefill, num_logits, all_logits)
+        if not self.replay:
+            return self._run_step(*shape)
+        recorded = self._recordings.get(shape)
+        if recorded is not None and recorded[0].thread == threading.get_ident():
+            recording, logits = recorded
+            recording.replay()
+            return logits
+        with record() as recording:
+            logits = self._run_step(*shape)
+        if recording.complete:
+            if len(self._recordings) >= RECORDED_STEP_SHAPES:
+                # Prefill chunks come in many shapes; decode steps in few.
+                self._recordings.clear()
+            self._recordings[shape] = (recording, logits)
+        return logits
+
+    def _run_step(
+        self,
+        num_tokens: int,
+        num_decode: int,
+        num_prefill: int,
+        num_logits: int,
+        all_logits: bool = False,
+    ) -> torch.Tensor:
+        """One step's operator calls (`forward`, without replay)."""
         config = self.config
         eps = config.rms_norm_eps
         heads, kv_heads = config.num_heads, config.num_kv_heads
