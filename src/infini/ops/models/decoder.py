@@ -492,7 +492,7 @@ class DecoderModel:
         # whose graph already holds the calls.
         self.replay = not compile
         self._recordings: dict[tuple, tuple] = {}
-        step = self._replayed_step
+        step = self.forward
         if compile:
             # The step counts are symbolic (`dynamic`), so one graph serves
             # every step shape beyond the 0 and 1 Dynamo specialises on.
@@ -506,7 +506,7 @@ class DecoderModel:
             # The copy of the inputs runs before the (maybe compiled) step.
             self._step = step
             self.forward = self._staged_forward
-        else:
+        elif compile:
             self.forward = step
 
     def weight_bytes_per_token(self) -> int:
@@ -553,19 +553,6 @@ class DecoderModel:
         call, a few hundred calls per step). The calls, tensors and scalars
         of a step depend on its shape alone: the step's values travel in
         the buffers. Set `replay` False to run every step afresh."""
-        return self._replayed_step(
-            num_tokens, num_decode, num_prefill, num_logits, all_logits
-        )
-
-    def _replayed_step(
-        self,
-        num_tokens: int,
-        num_decode: int,
-        num_prefill: int,
-        num_logits: int,
-        all_logits: bool = False,
-    ) -> torch.Tensor:
-        """`forward` with the replay of recorded steps."""
         shape = (num_tokens, num_decode, num_prefill, num_logits, all_logits)
         if not self.replay:
             return self._run_step(*shape)
@@ -583,14 +570,7 @@ class DecoderModel:
             self._recordings[shape] = (recording, logits)
         return logits
 
-    def _run_step(
-        self,
-        num_tokens: int,
-        num_decode: int,
-        num_prefill: int,
-        num_logits: int,
-        all_logits: bool = False,
-    ) -> torch.Tensor:
+    def _run_step(self, num_tokens, num_decode, num_prefill, num_logits, all_logits):
         """One step's operator calls (`forward`, without replay)."""
         config = self.config
         eps = config.rms_norm_eps
