@@ -683,6 +683,10 @@ def merge_splits(o, entry_info, partials, sizes, strides, store):
     o_tok, o_head, o_col = strides[3], strides[4], strides[5]
     group = heads // kv_heads
     entries = entry_info.shape[0]
+    # Allocated once and cleared by a loop: inside a `parallel=True` kernel
+    # `np.zeros` becomes a parallel region of its own (measured: 16 µs of
+    # merging for 9 heads, as much as the attention of 256 keys).
+    result = np.empty(features, np.float32)
     e = 0
     while e < entries:
         last = e + 1
@@ -703,7 +707,8 @@ def merge_splits(o, entry_info, partials, sizes, strides, store):
                 for f in range(e, last):
                     best = max(best, partial_max[entry_info[f, 7] * kv_heads + g, h])
                 total = np.float32(0)
-                result = np.zeros(features, np.float32)
+                for d in range(features):
+                    result[d] = 0
                 if best != -np.inf:
                     for f in range(e, last):
                         slot = entry_info[f, 7] * kv_heads + g

@@ -412,7 +412,12 @@ def flash_attention_kernel(dtype: str, cu_dtype: str = "int32"):
 
         seqs, new, mode = plan[SEQS], plan[NEW], plan[K_MODE]
         block_tokens = plan[BLOCK_TOKENS]
-        info = np.zeros((seqs, INFO_COLUMNS), np.int64)
+        # Cleared by a loop: in a `parallel=True` kernel `np.zeros` would
+        # be a parallel region of its own (see `attention.merge_splits`).
+        info = np.empty((seqs, INFO_COLUMNS), np.int64)
+        for s in range(seqs):
+            for column in range(INFO_COLUMNS):
+                info[s, column] = 0
         entries_count = 0
         for s in range(seqs):
             # Queries.
