@@ -794,14 +794,22 @@ def paged_task_kernel(dtype: str):
         begin = max(begin, key_low)
         for start in range(begin, end, KEY_TILE):
             count = min(KEY_TILE, end - start)
+            # The page and the slot within it advance with the key (one
+            # division per tile: a 64-bit division per key cost as much as
+            # the key's products).
+            page = start // block_size
+            within = start - page * block_size
+            block = np.int64(table[s * t_row + page * t_col])
             for j in range(count):
-                slot = start + j
-                block = np.int64(table[s * t_row + (slot // block_size) * t_col])
-                within = slot - (slot // block_size) * block_size
+                if within == block_size:
+                    page += 1
+                    within = 0
+                    block = np.int64(table[s * t_row + page * t_col])
                 base = block * k_block + g * k_head + within * k_slot
                 load_tile_row(key_tile, j, features, k, base, k_col, load)
                 base = block * v_block + g * v_head + within * v_slot
                 load_tile_row(value_tile, j, features, v, base, v_col, load)
+                within += 1
             tile_scores(queries, key_tile, scores, rows, count, features)
             for t in range(count_tokens):
                 limit = position + t  # the last key this token sees
