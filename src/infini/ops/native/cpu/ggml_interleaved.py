@@ -295,31 +295,70 @@ def _rearrange_bits(words: np.ndarray, order: np.ndarray) -> np.ndarray:
     return np.packbits(bits[..., order], axis=-1, bitorder="little")
 
 
-def interleave(blocks: np.ndarray, quant_type: int) -> np.ndarray:
+def _rearranged_words(words: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """`_rearrange_bits` on uint32 words: 32 whole-array passes, each
+    moving one bit, instead of a byte per bit."""
+    result = np.zeros(words.shape, np.uint32)
+    for target, source in enumerate(order):
+        result |= ((words >> np.uint32(source)) & np.uint32(1)) << np.uint32(target)
+    return result
+
+
+def _interleave_simple(blocks: np.ndarray, layout, out: np.ndarray) -> None:
+    """`interleave` of a format of `TileLayout` into `out` (apart from
+    `blocks`). Every field moves as whole 16- or 32-bit words, one strided
+    NumPy copy per field straight into `out` (byte-wise transposes and
+    concatenated parts ran at 0.5 GB/s, 0.37 s for Gemma-3's head)."""
+    rows, width = blocks.shape
+    n = INTERLEAVED_ROWS
+    count = width // layout.block_bytes
+    tiles = rows // n
+    grouped = blocks.reshape(tiles, n, count, layout.block_bytes)
+    target = out.reshape(tiles, count, n * layout.block_bytes)
+
+    def words(offset: int, size: int, dtype) -> np.ndarray:
+        """The `size` bytes at `offset` of each block as `dtype` words,
+        ``(tiles, count, words, n)``: the rows of a tile side by side."""
+        fields = grouped[..., offset : offset + size].view(dtype)
+        return fields.transpose(0, 2, 3, 1)
+
+    def place(start: int, values: np.ndarray) -> int:
+        """Writes ``(tiles, count, words, n)`` words at byte `start` of each
+        tile block; returns the byte after them."""
+        size = values.shape[2] * n * values.itemsize
+        view = target[..., start : start + size].view(values.dtype)
+        view.reshape(values.shape)[...] = values
+        return start + size
+
+    at = place(0, words(0, 2, np.uint16))
+    if layout.minimum is not None:
+        at = place(at, words(layout.minimum, 2, np.uint16))
+    if layout.high_bits is not None:
+        high = words(layout.high_bits, 4, np.uint32)
+        at = place(at, _rearranged_words(high, _HIGH_BIT_SOURCE))
+    place(at, words(layout.codes, 4 * layout.steps, np.uint32))
+
+
+def interleave(blocks: np.ndarray, quant_type: int, out=None) -> np.ndarray:
     """The interleaved form of a ``(rows, row_bytes)`` uint8 array of
-    `quant_type` blocks (rows a multiple of `INTERLEAVED_ROWS`)."""
+    `quant_type` blocks (rows a multiple of `INTERLEAVED_ROWS`), written
+    into `out` when given (an array of the same shape that does not
+    overlap `blocks`) and returned."""
     layout = TILE_LAYOUTS[quant_type]
     rows, width = blocks.shape
+    if out is None:
+        out = np.empty_like(blocks)
+    if quant_type not in (Q4_K, Q6_K):
+        _interleave_simple(blocks, layout, out)
+        return out
     n = INTERLEAVED_ROWS
     count = width // layout.block_bytes
     grouped = blocks.reshape(rows // n, n, count, layout.block_bytes).transpose(
         0, 2, 1, 3
     )
-    tiles, _, _, _ = grouped.shape
-    if quant_type == Q4_K:
-        return _interleave_k4(grouped).reshape(rows, width)
-    if quant_type == Q6_K:
-        return _interleave_k6(grouped).reshape(rows, width)
-    parts = [grouped[..., 0:2]]
-    if layout.minimum is not None:
-        parts.append(grouped[..., layout.minimum : layout.minimum + 2])
-    if layout.high_bits is not None:
-        words = grouped[..., layout.high_bits : layout.high_bits + 4]
-        parts.append(_rearrange_bits(words, _HIGH_BIT_SOURCE))
-    parts = [part.reshape(tiles, count, -1) for part in parts]
-    codes = grouped[..., layout.codes :].reshape(tiles, count, n, layout.steps, 4)
-    parts.append(codes.transpose(0, 1, 3, 2, 4).reshape(tiles, count, -1))
-    return np.concatenate(parts, axis=-1).reshape(rows, width)
+    kind = _interleave_k4 if quant_type == Q4_K else _interleave_k6
+    out[...] = kind(grouped).reshape(rows, width)
+    return out
 
 
 def deinterleave(tiles: np.ndarray, quant_type: int, out: np.ndarray) -> None:

@@ -1,8 +1,10 @@
-"""CPU `ggml_interleave` (slot 0): NumPy's reshapes and transposes of the
-blocks' fields (`infini.ops.native.cpu.ggml_interleaved.interleave`), run
-once per weight at load time."""
+"""CPU `ggml_interleave` (slot 0): NumPy's strided copies of the blocks'
+fields (`infini.ops.native.cpu.ggml_interleaved.interleave`), run once per
+weight at load time."""
 
 from __future__ import annotations
+
+import numpy as np
 
 from infini.ops.base.ggml_interleave import GgmlInterleave
 from infini.ops.core.registry import implementation
@@ -25,7 +27,10 @@ class CpuGgmlInterleave(GgmlInterleave):
         rows, width = self.shape
         if rows == 0:
             return
-        # The whole result is built before `out` is written: `out` may be
-        # `weight`.
-        result = interleave(byte_rows(weight.data_ptr(), rows, width), self.quant_type)
-        byte_rows(out.data_ptr(), rows, width)[...] = result
+        source = byte_rows(weight.data_ptr(), rows, width)
+        target = byte_rows(out.data_ptr(), rows, width)
+        if np.shares_memory(source, target):
+            # `out` may be `weight`: the whole result is built first.
+            target[...] = interleave(source, self.quant_type)
+        else:
+            interleave(source, self.quant_type, target)
