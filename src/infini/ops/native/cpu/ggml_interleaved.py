@@ -295,12 +295,27 @@ def _rearrange_bits(words: np.ndarray, order: np.ndarray) -> np.ndarray:
     return np.packbits(bits[..., order], axis=-1, bitorder="little")
 
 
-def _rearranged_words(words: np.ndarray, order: np.ndarray) -> np.ndarray:
-    """`_rearrange_bits` on uint32 words: 32 whole-array passes, each
-    moving one bit, instead of a byte per bit."""
-    result = np.zeros(words.shape, np.uint32)
+@cache
+def _byte_tables(order: tuple[int, ...]) -> np.ndarray:
+    """``tables[j, v]``: the bits of byte value `v` at byte `j` of a word,
+    moved where the permutation `order` (bit ``k`` from bit ``order[k]``)
+    puts them, as a 32-bit word."""
+    tables = np.zeros((4, 256), np.uint32)
+    values = np.arange(256, dtype=np.uint32)
     for target, source in enumerate(order):
-        result |= ((words >> np.uint32(source)) & np.uint32(1)) << np.uint32(target)
+        byte, bit = divmod(source, 8)
+        tables[byte] |= ((values >> np.uint32(bit)) & np.uint32(1)) << np.uint32(target)
+    return tables
+
+
+def _rearranged_words(words: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """`_rearrange_bits` on uint32 words: each word's four bytes looked up
+    in `_byte_tables` and the four results or-ed (a byte per bit ran at
+    0.1 GB/s)."""
+    tables = _byte_tables(tuple(int(k) for k in order))
+    result = tables[0][words & np.uint32(255)]
+    for byte in range(1, 4):
+        result |= tables[byte][(words >> np.uint32(8 * byte)) & np.uint32(255)]
     return result
 
 
@@ -376,22 +391,42 @@ def deinterleave(tiles: np.ndarray, quant_type: int, out: np.ndarray) -> None:
     if quant_type == Q6_K:
         _deinterleave_k6(blocks, target)
         return
-    target[..., 0:2] = blocks[..., : 2 * n].reshape(-1, count, n, 2)
+    _deinterleave_simple(tiles, layout, out)
+
+
+def _deinterleave_simple(tiles: np.ndarray, layout, out: np.ndarray) -> None:
+    """`_interleave_simple`'s inverse, field by field as whole words (the
+    tiled products put every panel back this way on every call: byte-wise
+    it ran at 0.1-0.5 GB/s)."""
+    rows, width = tiles.shape
+    n = INTERLEAVED_ROWS
+    count = width // layout.block_bytes
+    source = tiles.reshape(rows // n, count, n * layout.block_bytes)
+    grouped = out.reshape(rows // n, n, count, layout.block_bytes)
+
+    def take(start: int, size: int, dtype) -> tuple[np.ndarray, int]:
+        """The ``(tiles, count, words, n)`` words of `size` bytes per row
+        at byte `start` of each tile block, and the byte after them."""
+        end = start + size * n
+        words = source[..., start:end].view(dtype)
+        return words.reshape(words.shape[:2] + (-1, n)), end
+
+    def put(offset: int, words: np.ndarray) -> None:
+        """Writes the words at byte `offset` of each row's block."""
+        size = words.shape[2] * words.itemsize
+        view = grouped[..., offset : offset + size].view(words.dtype)
+        view[...] = words.transpose(0, 3, 1, 2)
+
+    words, at = take(0, 2, np.uint16)
+    put(0, words)
     if layout.minimum is not None:
-        start = layout.tile_minimum
-        target[..., layout.minimum : layout.minimum + 2] = blocks[
-            ..., start : start + 2 * n
-        ].reshape(-1, count, n, 2)
+        words, at = take(at, 2, np.uint16)
+        put(layout.minimum, words)
     if layout.high_bits is not None:
-        start = layout.tile_high_bits
-        words = blocks[..., start : start + 4 * n].reshape(-1, count, n, 4)
-        target[..., layout.high_bits : layout.high_bits + 4] = _rearrange_bits(
-            words, _HIGH_BIT_TARGET
-        )
-    codes = blocks[..., layout.tile_codes :].reshape(-1, count, layout.steps, n, 4)
-    target[..., layout.codes :] = codes.transpose(0, 1, 3, 2, 4).reshape(
-        -1, count, n, layout.code_bytes
-    )
+        words, at = take(at, 4, np.uint32)
+        put(layout.high_bits, _rearranged_words(words, _HIGH_BIT_TARGET))
+    words, _ = take(at, 4 * layout.steps, np.uint32)
+    put(layout.codes, words)
 
 
 # Vector IR of the tile product.
