@@ -154,21 +154,22 @@ def _interleave_k6(grouped: np.ndarray) -> np.ndarray:
     """Q6_K tile blocks ``(tiles, count, 1680)`` of the blocks ``(tiles,
     count, 8 rows, 210)``."""
     tiles, count, n, _ = grouped.shape
-    low = grouped[..., 0:128].reshape(tiles, count, n, 2, 2, 8, 4)
-    high = grouped[..., 128:192].reshape(tiles, count, n, 2, 8, 4)
-    # (tiles, count, h, s, part, row, 4).
+    # Codes move in groups of four bytes: as 32-bit words.
+    low = grouped[..., 0:128].view(np.uint32).reshape(tiles, count, n, 2, 2, 8)
+    high = grouped[..., 128:192].view(np.uint32).reshape(tiles, count, n, 2, 8)
+    # (tiles, count, h, s, part, row).
     codes = np.stack(
         [
-            low[:, :, :, :, 0].transpose(0, 1, 3, 4, 2, 5),
-            low[:, :, :, :, 1].transpose(0, 1, 3, 4, 2, 5),
-            high.transpose(0, 1, 3, 4, 2, 5),
+            low[:, :, :, :, 0].transpose(0, 1, 3, 4, 2),
+            low[:, :, :, :, 1].transpose(0, 1, 3, 4, 2),
+            high.transpose(0, 1, 3, 4, 2),
         ],
         axis=4,
     )
     parts = [
         grouped[..., 208:210].reshape(tiles, count, -1),
         np.swapaxes(grouped[..., 192:208], -1, -2).reshape(tiles, count, -1),
-        codes.reshape(tiles, count, -1),
+        np.ascontiguousarray(codes).view(np.uint8).reshape(tiles, count, -1),
     ]
     return np.concatenate(parts, axis=-1)
 
@@ -180,14 +181,15 @@ def _deinterleave_k6(blocks: np.ndarray, target: np.ndarray) -> None:
     target[..., 208:210] = blocks[..., 0 : 2 * n].reshape(tiles, count, n, 2)
     scales = blocks[..., layout.tile_scales : layout.tile_codes]
     target[..., 192:208] = np.swapaxes(scales.reshape(tiles, count, 16, n), -1, -2)
-    codes = blocks[..., layout.tile_codes :].reshape(tiles, count, 2, 8, 3, n, 4)
+    codes = blocks[..., layout.tile_codes :].view(np.uint32)
+    codes = codes.reshape(tiles, count, 2, 8, 3, n)
     low = np.stack([codes[:, :, :, :, 0], codes[:, :, :, :, 1]], axis=3)
-    # (tiles, count, h, half, s, row, 4) -> (tiles, count, row, h, half, s, 4).
-    target[..., 0:128] = low.transpose(0, 1, 5, 2, 3, 4, 6).reshape(
-        tiles, count, n, 128
+    # (tiles, count, h, half, s, row) -> (tiles, count, row, h, half, s).
+    target[..., 0:128].view(np.uint32)[...] = low.transpose(0, 1, 5, 2, 3, 4).reshape(
+        tiles, count, n, 32
     )
-    target[..., 128:192] = (
-        codes[:, :, :, :, 2].transpose(0, 1, 4, 2, 3, 5).reshape(tiles, count, n, 64)
+    target[..., 128:192].view(np.uint32)[...] = (
+        codes[:, :, :, :, 2].transpose(0, 1, 4, 2, 3).reshape(tiles, count, n, 16)
     )
 
 
@@ -253,12 +255,14 @@ def _interleave_k4(grouped: np.ndarray) -> np.ndarray:
         ],
         axis=-1,
     )  # (tiles, count, 8 j, 12)
-    codes = grouped[..., 16:].reshape(tiles, count, n, 4, 8, 4)
+    # Codes move in groups of four bytes: as 32-bit words.
+    codes = grouped[..., 16:].view(np.uint32).reshape(tiles, count, n, 4, 8)
+    codes = np.ascontiguousarray(codes.transpose(0, 1, 3, 4, 2))
     parts = [
         grouped[..., 0:2].reshape(tiles, count, -1),
         grouped[..., 2:4].reshape(tiles, count, -1),
         packed.reshape(tiles, count, -1),
-        codes.transpose(0, 1, 3, 4, 2, 5).reshape(tiles, count, -1),
+        np.ascontiguousarray(codes).view(np.uint8).reshape(tiles, count, -1),
     ]
     return np.concatenate(parts, axis=-1)
 
@@ -275,8 +279,9 @@ def _deinterleave_k4(blocks: np.ndarray, target: np.ndarray) -> None:
     scales = np.swapaxes(_rows_unpacked(packed[..., 0:6]), -1, -2)
     mins = np.swapaxes(_rows_unpacked(packed[..., 6:12]), -1, -2)
     target[..., 4:16] = _k4_pack(scales, mins)
-    codes = blocks[..., layout.tile_codes :].reshape(tiles, count, 4, 8, n, 4)
-    target[..., 16:] = codes.transpose(0, 1, 4, 2, 3, 5).reshape(tiles, count, n, 128)
+    codes = blocks[..., layout.tile_codes :].view(np.uint32)
+    codes = codes.reshape(tiles, count, 4, 8, n).transpose(0, 1, 4, 2, 3)
+    target[..., 16:].view(np.uint32)[...] = codes.reshape(tiles, count, n, 32)
 
 
 # The high bits, rearranged: bit ``b`` of byte ``i`` of a row's word is the
