@@ -7,6 +7,8 @@ is installed) checks greedy decoding token by token.
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
 import torch
@@ -244,6 +246,15 @@ def test_tiny_replayed_steps_match_fresh_steps(tiny_llama, monkeypatch):
         if replay:
             # Only the first step of each shape ran afresh.
             assert len(fresh_steps) == len(set(fresh_steps)) < steps
+            # Decode steps replay bound launches only (`Operator.bind_launch`).
+            decode_shapes = [s for s in model._recordings if s[1] and not s[2]]
+            assert decode_shapes
+            for shape in decode_shapes:
+                recorded = model._recordings[shape][0]
+                assert all(
+                    not (isinstance(launch, partial) and launch.func is call[0].run)
+                    for launch, call in zip(recorded.launches(), recorded.calls)
+                )
         else:
             assert len(fresh_steps) == steps
     assert len(logits[True]) == len(logits[False])

@@ -100,6 +100,19 @@ class BoundOverload:
             defaults or {},
             operator if self.written_pairs else "",
         )
+        self.binds = not call_scalars
+        self.operator_name = operator
+
+    def bind(self, operator, stream, values: tuple):
+        """The launch of `operator` on `values` bound to their tensors
+        (`Operator.bind_launch`): a callable of no arguments, or `None`
+        where the operator binds nothing. Operators with `call_scalars`
+        take their values per call, so they are not bound."""
+        if not self.binds:
+            return None
+        if self.written_pairs:
+            check_written_disjoint(self.operator_name, operator.written_extents, values)
+        return operator.bind_launch(stream, *self.tensors(values))
 
 
 def _written_pairs(overload: Overload, shared_outputs) -> tuple:
@@ -486,7 +499,7 @@ class OperatorEntry:
         if tracing.TRACE_CALLS:
             self._trace(operator)
         if recording.ACTIVE is not None:
-            recording.ACTIVE.add(bound.run, operator, stream, values)
+            recording.ACTIVE.add(bound, operator, stream, values)
         bound.run(operator, stream, values)
         return None
 
@@ -534,7 +547,7 @@ class OperatorEntry:
                     operators.clear()
                 operators[key] = operator
         if recording.ACTIVE is not None:
-            recording.ACTIVE.add(bound.run, operator, 0, values)
+            recording.ACTIVE.add(bound, operator, 0, values)
         bound.run(operator, 0, values)
 
     def _reject_call_keywords(self, kwargs: dict) -> None:
@@ -854,7 +867,7 @@ def make_function(entry: OperatorEntry) -> Callable:
                     if tracing.TRACE_CALLS:
                         entry._trace(operator)
                     if recording.ACTIVE is not None:
-                        recording.ACTIVE.add(bound.run, operator, stream, values)
+                        recording.ACTIVE.add(bound, operator, stream, values)
                     bound.run(operator, stream, values)
                     return None
         return call(args, kwargs, stream, implementation_index)
@@ -894,7 +907,7 @@ def make_class(entry: OperatorEntry) -> type:
                     pass
                 else:
                     if recording.ACTIVE is not None:
-                        recording.ACTIVE.add(bound.run, operator, 0, values)
+                        recording.ACTIVE.add(bound, operator, 0, values)
                     bound.run(operator, 0, values)
                     return None
         call_constructed(self, args, kwargs)

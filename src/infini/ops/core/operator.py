@@ -84,6 +84,18 @@ class Operator:
             f"`{self.name}` has no launch for this implementation"
         )
 
+    # Binding a launch (optional): implementations whose launch reads
+    # nothing but the tensors' addresses may override this to return a
+    # callable of no arguments that does what ``launch(stream, *tensors)``
+    # does for these very tensors (their addresses captured), or `None`
+    # where they cannot (a call needing staging, say). A recorded call
+    # (`infini.ops.core.recording`) replays through it, which spares the
+    # per-call reading of addresses and checks; the recording's caller
+    # guarantees that the tensors keep their memory and geometry.
+    def bind_launch(self, stream: int, *tensors):
+        del stream, tensors
+        return None
+
     # Helpers for validation messages.
     def error(self, message: str) -> OperatorError:
         return OperatorError(self.name, message)

@@ -4,7 +4,9 @@ A caller that runs the same calls on the same tensors over and over (the
 model runner's decode step: the same buffers, views and weights every step,
 only the values in them change) records them once with `record` and then
 runs `CallRecording.replay`, which launches each recorded operator on the
-recorded arguments directly: no argument binding, no cache key, no lookup.
+recorded arguments directly: no argument binding, no cache key, no lookup,
+and for operators that bind their launch (`Operator.bind_launch`) not even
+the reading of addresses: the kernel is called on arguments fixed once.
 That is a few microseconds per call, several hundred calls per step.
 
 Replaying is only right while every recorded tensor keeps its memory and
@@ -21,6 +23,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 
 from . import tracing
 
@@ -28,16 +31,36 @@ from . import tracing
 class CallRecording:
     """The launches of a recorded block, in order, and the thread that
     recorded them (whose operators they are: the dispatcher keeps an
-    operator, scratch included, per thread)."""
+    operator, scratch included, per thread).
+
+    `calls` holds ``(bound, operator, stream, values)`` per call: the
+    dispatcher's `BoundOverload`, the operator it launched and the call's
+    stream and values. The first replay binds each call where its operator
+    can (`Operator.bind_launch`: the kernel and its arguments, addresses
+    included, fixed once), which leaves a replayed call the kernel's own
+    dispatch; the others replay through the overload's `run`.
+    """
 
     def __init__(self) -> None:
         self.calls: list[tuple] = []
         self.complete = not tracing.TRACE_CALLS
         self.thread = threading.get_ident()
+        self._launches: list | None = None
 
-    def add(self, run, operator, stream, values: tuple) -> None:
+    def add(self, bound, operator, stream, values: tuple) -> None:
         if threading.get_ident() == self.thread:
-            self.calls.append((run, operator, stream, values))
+            self.calls.append((bound, operator, stream, values))
+
+    def launches(self) -> list:
+        """A callable of no arguments per recorded call, bound where its
+        operator binds (see the class)."""
+        if self._launches is None:
+            self._launches = [
+                bound.bind(operator, stream, values)
+                or partial(bound.run, operator, stream, values)
+                for bound, operator, stream, values in self.calls
+            ]
+        return self._launches
 
     def replay(self) -> None:
         """Launches every recorded call again, in order (on the recording
@@ -46,8 +69,8 @@ class CallRecording:
             raise RuntimeError(
                 "a call recording replays only on the thread that recorded it."
             )
-        for run, operator, stream, values in self.calls:
-            run(operator, stream, values)
+        for launch in self.launches():
+            launch()
 
 
 # The recording in progress (at most one per process): the dispatcher's

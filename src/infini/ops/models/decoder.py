@@ -50,6 +50,7 @@ from infini.ops.core.recording import record
 
 from .families import ModelConfig
 from .gguf_loader import LlamaCheckpoint, QuantisedMatrix, load_gguf
+from .huge_pages import move_to_huge_pages
 from .kv_cache import PagedKVCache
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -98,8 +99,8 @@ class DenseProjection:
     def __call__(self, x: torch.Tensor, out: torch.Tensor) -> None:
         ops.linear(x, self.weight, None, out)
 
-    def nbytes(self) -> int:
-        return self.weight.numel() * self.weight.element_size()
+    def tensors(self) -> list[torch.Tensor]:
+        return [self.weight]
 
 
 class QuantisedProjection:
@@ -148,8 +149,8 @@ class QuantisedProjection:
         ops.ggml_dequantize(self.blocks, self.quant_type, self.rows, self.cols, out)
         return out
 
-    def nbytes(self) -> int:
-        return self.blocks.numel()
+    def tensors(self) -> list[torch.Tensor]:
+        return [self.blocks]
 
 
 class InterleavedProjection:
@@ -165,8 +166,8 @@ class InterleavedProjection:
     def __call__(self, x: torch.Tensor, out: torch.Tensor) -> None:
         ops.ggml_mul_mat_interleaved_a8(self.blocks, x, self.quant_type, self.rows, out)
 
-    def nbytes(self) -> int:
-        return self.blocks.numel()
+    def tensors(self) -> list[torch.Tensor]:
+        return [self.blocks]
 
 
 class ConcatenatedProjection:
@@ -187,8 +188,8 @@ class ConcatenatedProjection:
         for part, columns in zip(self.parts, self.columns, strict=True):
             part(x, out[:, columns])
 
-    def nbytes(self) -> int:
-        return sum(part.nbytes() for part in self.parts)
+    def tensors(self) -> list[torch.Tensor]:
+        return [tensor for part in self.parts for tensor in part.tensors()]
 
 
 def _fused_projection(matrices, dtype, device, on_host):
@@ -429,6 +430,9 @@ class DecoderModel:
             self.lm_head = embed_blocks.prepared(on_host)
         else:
             self.lm_head = DenseProjection(self.embed_tokens)
+        if on_host:
+            # The weights a step reads whole, in 2 MiB pages (`huge_pages`).
+            move_to_huge_pages(self.streamed_weights())
         # One rotary table per distinct base (a Gemma's local and global
         # layers differ); each layer keeps its table and attention window.
         tables = {}
@@ -509,21 +513,23 @@ class DecoderModel:
         elif compile:
             self.forward = step
 
-    def weight_bytes_per_token(self) -> int:
-        """Bytes of weights one decode step reads (every matrix and norm
-        once, as stored: packed blocks for a quantised checkpoint; of the
-        embedding table only one row per token)."""
-        total = 0
+    def streamed_weights(self) -> list[torch.Tensor]:
+        """The weights a step reads whole: every layer's matrices and
+        norms, the final norm and the output head (of the embedding table a
+        step reads one row per token, unless it is the head)."""
+        weights = []
         for layer in self.layers:
             for name, part in vars(layer).items():
                 if name in ("cos_sin", "attention_options") or part is None:
                     continue
-                if isinstance(part, torch.Tensor):
-                    total += part.numel() * part.element_size()
-                else:
-                    total += part.nbytes()
-        total += self.final_norm.numel() * self.final_norm.element_size()
-        return total + self.lm_head.nbytes()
+                weights += [part] if isinstance(part, torch.Tensor) else part.tensors()
+        return [*weights, self.final_norm, *self.lm_head.tensors()]
+
+    def weight_bytes_per_token(self) -> int:
+        """Bytes of weights one decode step reads (every matrix and norm
+        once, as stored: packed blocks for a quantised checkpoint; of the
+        embedding table only one row per token)."""
+        return sum(t.numel() * t.element_size() for t in self.streamed_weights())
 
     def forward(
         self,

@@ -25,6 +25,7 @@ import numba
 import numpy as np
 from numba import prange
 
+from .binding import do_nothing
 from .dtype_io import loader, storer
 from .jit import helper, kernel
 from .memory import STORAGE, KnownAddresses, element_array
@@ -950,19 +951,57 @@ class PagedAttentionLaunch:
             k_cache.data_ptr(),
             v_cache.data_ptr(),
         )
-        out_address = addresses[0]
         if addresses not in self.apart:
             inputs = zip((q, k_cache, v_cache), self.input_spans)
             if overlaps(out, self.out_span, inputs):
                 target = staging_buffer(out)
-                out_address = target.data_ptr()
+                addresses = (target.data_ptr(), *addresses[1:])
             else:
                 self.apart.remember(addresses)
         report = np.zeros(3, np.int64)
-        long_tokens = PAGED_BLAS_TOKENS if self.prefill else self.tokens + 1
         code = self.kernel(
-            out_address,
-            *addresses[1:],
+            *self._arguments(addresses, tables, lengths, cum, slopes, report)
+        )
+        if code:
+            raise self.index_error(int(code), *(int(x) for x in report))
+        if self.prefill and self.tokens >= PAGED_BLAS_TOKENS:
+            self._run_long(q, k_cache, v_cache, tables, lengths, cum, slopes, target)
+        if target is not out:
+            out.copy_(target)
+
+    def bind(self, q, k_cache, v_cache, tables, lengths, cum, slopes, out):
+        """`run` with its arguments fixed (`Operator.bind_launch`), or `None`
+        where the output needs staging or long prefill sequences run
+        outside the kernel."""
+        if self.seqs == 0:
+            return do_nothing
+        addresses = (
+            out.data_ptr(),
+            q.data_ptr(),
+            k_cache.data_ptr(),
+            v_cache.data_ptr(),
+        )
+        if addresses not in self.apart or (
+            self.prefill and self.tokens >= PAGED_BLAS_TOKENS
+        ):
+            return None
+        report = np.zeros(3, np.int64)
+        arguments = self._arguments(addresses, tables, lengths, cum, slopes, report)
+        kernel, index_error = self.kernel, self.index_error
+
+        def launch() -> None:
+            code = kernel(*arguments)
+            if code:
+                raise index_error(int(code), *(int(x) for x in report))
+
+        return launch
+
+    def _arguments(self, addresses, tables, lengths, cum, slopes, report) -> tuple:
+        """The kernel's arguments: `addresses` are the output's, the
+        query's and the caches'; the kernel reports a bad index in
+        `report`."""
+        return (
+            *addresses,
             tables.data_ptr(),
             lengths.data_ptr(),
             cum.data_ptr() if cum is not None else 0,
@@ -974,17 +1013,11 @@ class PagedAttentionLaunch:
             self.prefill,
             self.has_alibi,
             self.block_tokens,
-            long_tokens,
+            PAGED_BLAS_TOKENS if self.prefill else self.tokens + 1,
             SERIAL_KEY_ELEMENTS,
             self.split_tasks,
             report,
         )
-        if code:
-            raise self.index_error(int(code), *(int(x) for x in report))
-        if self.prefill and self.tokens >= PAGED_BLAS_TOKENS:
-            self._run_long(q, k_cache, v_cache, tables, lengths, cum, slopes, target)
-        if target is not out:
-            out.copy_(target)
 
     def _run_long(self, q, k_cache, v_cache, tables, lengths, cum, slopes, out):
         """The sequences with `PAGED_BLAS_TOKENS` query tokens or more (the

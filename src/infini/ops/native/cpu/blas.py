@@ -364,6 +364,21 @@ class MatmulPlan:
         self._finish(result, bias_address)
         store(out_view, out_address, result)
 
+    def bind(self, a_address: int, b_address: int, out_address: int, bias_address=0):
+        """`run` on these addresses as a callable of no arguments where it
+        runs the weight-rows kernel straight on them, else `None`."""
+        del bias_address  # A product with a bias takes no weight-rows kernel.
+        if (
+            self.numel == 0
+            or self.reduction_empty
+            or self.sixteen_bit
+            or not self.narrow_weight
+            or self.weight_rows is None
+            or self.out.overlaps(out_address, self.b, b_address)
+        ):
+            return None
+        return self.weight_rows.bind(b_address, a_address, out_address)
+
     def _weight_rows_geometry(self) -> tuple[int, int, int]:
         """``(tokens, columns, depth)`` of a narrow-weight product."""
         (tokens, depth), columns = self.a.shape, self.b.shape[1]

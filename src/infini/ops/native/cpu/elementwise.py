@@ -19,6 +19,7 @@ import numpy as np
 from infini.ops.core.geometry import broadcast_strides
 from infini.ops.core.tensor import TensorMeta
 
+from .binding import bound, do_nothing
 from .dtype_io import COMPUTE, loader, storer
 from .layout import ElementwisePlan, chunking, staging_like, streams
 from .memory import STORAGE
@@ -600,9 +601,29 @@ class BinaryElementwise:
         if self.numel == 0:
             return
         out_address = out.data_ptr()
-        out_end = out_address + self.out_bytes
         staged = None
-        if (
+        if self._overlaps(out_address, input_address, other_address):
+            staged = staging_like(out)
+            out_address = staged.data_ptr()
+        self.kernel(*self._arguments(out_address, input_address, other_address))
+        if staged is not None:
+            out.copy_(staged)
+
+    def bind(self, out_address: int, input_address: int, other_address: int):
+        """`run` with its addresses fixed (`Operator.bind_launch`), or `None`
+        where the result needs staging."""
+        if self.numel == 0:
+            return do_nothing
+        if self._overlaps(out_address, input_address, other_address):
+            return None
+        return bound(
+            self.kernel, *self._arguments(out_address, input_address, other_address)
+        )
+
+    def _overlaps(self, out_address, input_address, other_address) -> bool:
+        """Whether `out` overlaps an input other than exactly in place."""
+        out_end = out_address + self.out_bytes
+        return (
             input_address < out_end
             and out_address < input_address + self.input_bytes
             and not (self.input_in_place and input_address == out_address)
@@ -610,11 +631,12 @@ class BinaryElementwise:
             other_address < out_end
             and out_address < other_address + self.other_bytes
             and not (self.other_in_place and other_address == out_address)
-        ):
-            staged = staging_like(out)
-            out_address = staged.data_ptr()
+        )
+
+    def _arguments(self, out_address, input_address, other_address) -> tuple:
+        """The kernel's arguments."""
         if self.flat:
-            self.kernel(
+            return (
                 out_address,
                 input_address,
                 other_address,
@@ -623,28 +645,25 @@ class BinaryElementwise:
                 self.chunks,
                 self.scalar,
             )
-        else:
-            plan = self.plan
-            spans, steps = plan.spans, plan.inner_strides
-            self.kernel(
-                out_address,
-                input_address,
-                other_address,
-                spans[0],
-                spans[1],
-                spans[2],
-                plan.inner,
-                plan.row_offsets,
-                steps[0],
-                steps[1],
-                steps[2],
-                self.chunk_size,
-                self.chunks,
-                self.total,
-                self.scalar,
-            )
-        if staged is not None:
-            out.copy_(staged)
+        plan = self.plan
+        spans, steps = plan.spans, plan.inner_strides
+        return (
+            out_address,
+            input_address,
+            other_address,
+            spans[0],
+            spans[1],
+            spans[2],
+            plan.inner,
+            plan.row_offsets,
+            steps[0],
+            steps[1],
+            steps[2],
+            self.chunk_size,
+            self.chunks,
+            self.total,
+            self.scalar,
+        )
 
 
 class GatedElementwise:
@@ -667,3 +686,10 @@ class GatedElementwise:
     def __call__(self, stream, input, out) -> None:
         first_address = input.data_ptr()
         self.elementwise.run(out, first_address, first_address + self.second_offset)
+
+    def bind(self, stream, input, out):
+        """The operator's `bind_launch`."""
+        first_address = input.data_ptr()
+        return self.elementwise.bind(
+            out.data_ptr(), first_address, first_address + self.second_offset
+        )

@@ -50,6 +50,7 @@ from infini.ops.base._ggml import (
     Q8_0,
 )
 
+from .binding import bound, do_nothing
 from .blas import HostView, matmul_into
 from .dtype_io import loader, storer
 from .jit import compiled_with, helper, kernel
@@ -1594,17 +1595,27 @@ class ProductPlan:
         del tokens, chunks  # `product_kernel` has none.
         return ()
 
+    def bind(self, weight, x, out):
+        """`launch` on these tensors as a callable of no arguments."""
+        if self.empty:
+            return do_nothing
+        return bound(self.run, *self.arguments(weight, x, out))
+
+    def arguments(self, weight, x, out) -> tuple:
+        """The kernel's arguments."""
+        return (
+            weight.data_ptr(),
+            self.weight_stride,
+            x.data_ptr(),
+            self.x_stride,
+            out.data_ptr(),
+            self.out_stride,
+            *self.tail,
+        )
+
     def launch(self, weight, x, out) -> None:
         if not self.empty:
-            self.run(
-                weight.data_ptr(),
-                self.weight_stride,
-                x.data_ptr(),
-                self.x_stride,
-                out.data_ptr(),
-                self.out_stride,
-                *self.tail,
-            )
+            self.run(*self.arguments(weight, x, out))
 
 
 def _load_floats(builder, address, source):
@@ -1806,6 +1817,10 @@ class TiledProductPlan:
         ``first + count`` in the file's layout."""
         del count  # Read in place.
         return weight_address + first * self.weight_stride, self.weight_stride
+
+    def bind(self, weight, x, out):
+        """None: the tiled path stages panels per call (`launch`)."""
+        del weight, x, out
 
     def launch(self, weight, x, out) -> None:
         if self.empty:

@@ -1052,17 +1052,16 @@ class InterleavedProductPlan(ProductPlan):
         self.acc = np.zeros(max(1, chunks * tokens * INTERLEAVED_ROWS), np.float32)
         return (self.acc.ctypes.data,)
 
-    def launch(self, weight, x, out) -> None:
-        if not self.empty:
-            # Tiles are whole runs of bytes: no row stride.
-            self.run(
-                weight.data_ptr(),
-                x.data_ptr(),
-                self.x_stride,
-                out.data_ptr(),
-                self.out_stride,
-                *self.tail,
-            )
+    def arguments(self, weight, x, out) -> tuple:
+        # Tiles are whole runs of bytes: no row stride.
+        return (
+            weight.data_ptr(),
+            x.data_ptr(),
+            self.x_stride,
+            out.data_ptr(),
+            self.out_stride,
+            *self.tail,
+        )
 
 
 class InterleavedTiledPlan(TiledProductPlan):

@@ -32,6 +32,7 @@ from numba import prange
 
 from infini.ops.core.geometry import AliasGuard, coalesce
 
+from .binding import bound, do_nothing
 from .dtype_io import identity, loader, storer
 from .jit import helper, kernel
 from .layout import staging_like
@@ -283,6 +284,18 @@ class RowLaunch:
             out.copy_(buffer)
         if not staged:
             self.unstaged.remember(addresses)
+
+    def bind(self, *tensors):
+        """The launch on `tensors` with their addresses fixed (a recorded
+        call's replay, `Operator.bind_launch`), or `None` where a written
+        operand needs staging."""
+        if self.layout.numel == 0:
+            return do_nothing
+        addresses = tuple([tensor.data_ptr() for tensor in tensors])
+        for index, others, guard in self.guards:
+            if guard.needs_staging(addresses[index], [addresses[i] for i in others]):
+                return None
+        return bound(self.kernel, addresses + self.padding, *self.tail)
 
 
 def trailing_strides(meta, ndim: int) -> tuple:

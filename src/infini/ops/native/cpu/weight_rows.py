@@ -21,6 +21,7 @@ from functools import cache
 import numpy as np
 from numba import prange
 
+from .binding import bound, do_nothing
 from .dtype_io import loader, storer
 from .jit import helper, kernel
 from .memory import STORAGE, element_array
@@ -156,6 +157,21 @@ class WeightRowsPlan:
         self.run = weight_rows_kernel(weight_dtype, io_dtype)
         self.weight_stride, self.x_stride, self.out_stride = strides
         self.tail = (tokens, columns, depth, self.scratch.ctypes.data)
+
+    def bind(self, weight: int, x: int, out: int):
+        """`launch` on these addresses, as a callable of no arguments."""
+        if self.empty:
+            return do_nothing
+        return bound(
+            self.run,
+            weight,
+            self.weight_stride,
+            x,
+            self.x_stride,
+            out,
+            self.out_stride,
+            *self.tail,
+        )
 
     def launch(self, weight: int, x: int, out: int) -> None:
         """Runs the product on the tensors at these addresses."""

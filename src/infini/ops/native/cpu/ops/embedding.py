@@ -8,7 +8,7 @@ Both kernels check every index before writing anything.
 
 from __future__ import annotations
 
-from functools import cache
+from functools import cache, partial
 
 import numpy as np
 from numba import prange
@@ -17,6 +17,7 @@ from infini.ops.base._indexing import index_error, unravel
 from infini.ops.base.embedding import Embedding
 from infini.ops.core.geometry import AliasGuard, coalesce, span
 from infini.ops.core.registry import implementation
+from infini.ops.native.cpu.binding import checked, do_nothing
 from infini.ops.native.cpu.dtype_io import BITS_DTYPE, loader, storer
 from infini.ops.native.cpu.jit import helper, kernel
 from infini.ops.native.cpu.layout import staging_like
@@ -202,6 +203,8 @@ class CpuEmbedding(Embedding):
         self.plan = plan
         self.shape = np.array(shape, dtype=np.int64)
         self.strides = np.array([index_strides, out_strides], dtype=np.int64)
+        # The lookup's arguments after the addresses.
+        self.tail = (plan, self.shape, self.strides)
         serial, parallel = gather_kernels(weight.element_size, input.dtype)
         self.gather = parallel if chunks > 1 else serial
         self.renorm = (
@@ -242,18 +245,26 @@ class CpuEmbedding(Embedding):
         if self.alias.needs_staging(out_address, (weight_address, input_address)):
             target = staging_like(out)
             out_address = target.data_ptr()
-        bad = self.gather(
-            out_address,
-            weight_address,
-            input_address,
-            self.plan,
-            self.shape,
-            self.strides,
-        )
+        bad = self.gather(out_address, weight_address, input_address, *self.tail)
         if bad >= 0:
             self._raise_bad_index(input, bad)
         if target is not out:
             out.copy_(target)
+
+    def bind_launch(self, stream, input, weight, out):
+        if self.empty:
+            return do_nothing
+        weight_address, input_address = weight.data_ptr(), input.data_ptr()
+        out_address = out.data_ptr()
+        if self.renorm is not None or self.alias.needs_staging(
+            out_address, (weight_address, input_address)
+        ):
+            return None
+        return checked(
+            self.gather,
+            (out_address, weight_address, input_address, *self.tail),
+            partial(self._raise_bad_index, input),
+        )
 
     @classmethod
     def precompile(cls) -> int:

@@ -74,6 +74,11 @@ class CpuFusedAddRmsNorm(FusedAddRmsNorm):
             weight = weight.clone()
         self.launch_rows(input, residual, weight)
 
+    def bind_launch(self, stream, input, residual, weight):
+        if weight is None or self._weight_overlaps(input, residual, weight):
+            return None
+        return self.launch_rows.bind(input, residual, weight)
+
     def _weight_overlaps(self, input, residual, weight) -> bool:
         input_bytes, residual_bytes, weight_bytes = self.extents
         address = weight.data_ptr()

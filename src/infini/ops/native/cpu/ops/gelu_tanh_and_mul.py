@@ -24,6 +24,7 @@ class CpuGeluTanhAndMul(GeluTanhAndMul):
             else gelu_tanh_and_mul_combine_float32
         )
         self.launch = GatedElementwise(combine, out, args.input)
+        self.bind_launch = self.launch.bind
 
     @classmethod
     def precompile(cls) -> int:

@@ -19,9 +19,13 @@ class CpuGgmlMulMatA8(GgmlMulMatA8):
             args.quant_type, args.weight, args.x, args.out, self.rows
         )
         self.launch_plan = self.plan.launch
+        self.bind_plan = self.plan.bind
 
     def launch(self, stream, weight, x, out) -> None:
         self.launch_plan(weight, x, out)
+
+    def bind_launch(self, stream, weight, x, out):
+        return self.bind_plan(weight, x, out)
 
     @classmethod
     def precompile(cls) -> int:

@@ -20,9 +20,13 @@ class CpuGgmlMulMatInterleavedA8(GgmlMulMatInterleavedA8):
             args.quant_type, args.weight, args.x, args.out, self.rows
         )
         self.launch_plan = self.plan.launch
+        self.bind_plan = self.plan.bind
 
     def launch(self, stream, weight, x, out) -> None:
         self.launch_plan(weight, x, out)
+
+    def bind_launch(self, stream, weight, x, out):
+        return self.bind_plan(weight, x, out)
 
     @classmethod
     def precompile(cls) -> int:

@@ -41,6 +41,11 @@ class CpuLinear(Linear):
             0 if bias is None else bias.data_ptr(),
         )
 
+    def bind_launch(self, stream, input, weight, bias, out):
+        if bias is not None:
+            return None
+        return self.plan.bind(input.data_ptr(), weight.data_ptr(), out.data_ptr())
+
     @classmethod
     def precompile(cls) -> int:
         """Compiles the small-row product kernel (at most

@@ -20,6 +20,13 @@ class CpuPagedAttentionInfinilm(PagedAttentionLaunch, PagedAttentionInfinilm):
     ) -> None:
         self.run(q, k_cache, v_cache, block_tables, seq_lens, None, alibi_slopes, out)
 
+    def bind_launch(
+        self, stream, q, k_cache, v_cache, block_tables, seq_lens, alibi_slopes, out
+    ):
+        return self.bind(
+            q, k_cache, v_cache, block_tables, seq_lens, None, alibi_slopes, out
+        )
+
     @classmethod
     def precompile(cls) -> int:
         """Compiles the kernel of each dtype with block tables and lengths

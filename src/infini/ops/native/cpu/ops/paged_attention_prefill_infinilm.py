@@ -43,6 +43,9 @@ class CpuPagedAttentionPrefillInfinilm(
             out,
         )
 
+    def bind_launch(self, stream, *tensors):
+        return self.bind(*tensors)
+
     @classmethod
     def precompile(cls) -> int:
         """Compiles the kernel of each dtype with block tables, lengths and

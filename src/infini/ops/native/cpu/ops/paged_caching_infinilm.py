@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from infini.ops.base._indexing import slot_error
 from infini.ops.base.paged_caching_infinilm import PagedCachingInfinilm
 from infini.ops.core.geometry import span
 from infini.ops.core.registry import implementation
+from infini.ops.native.cpu.binding import checked, do_nothing
 from infini.ops.native.cpu.kv_cache import CacheWrite
 from infini.ops.native.cpu.precompile import index_dtypes, torch_dtypes
 
@@ -56,7 +59,24 @@ class CpuPagedCachingInfinilm(PagedCachingInfinilm):
             slot_mapping.data_ptr(),
         )
         if bad >= 0:
-            raise slot_error(self, bad, int(slot_mapping[bad]), self.slots)
+            self._bad_slot(slot_mapping, bad)
+
+    def bind_launch(self, stream, k, v, slot_mapping, k_cache, v_cache):
+        write = self.write
+        if write.empty:
+            return do_nothing
+        addresses = (k_cache.data_ptr(), k.data_ptr(), v_cache.data_ptr(), v.data_ptr())
+        if addresses not in write.apart:
+            # A source inside a cache is copied aside per call.
+            return None
+        return checked(
+            write.kernel,
+            (*addresses, slot_mapping.data_ptr(), 0, 0, write.plan),
+            partial(self._bad_slot, slot_mapping),
+        )
+
+    def _bad_slot(self, slot_mapping, bad: int) -> None:
+        raise slot_error(self, bad, int(slot_mapping[bad]), self.slots)
 
     @classmethod
     def precompile(cls) -> int:

@@ -37,6 +37,9 @@ class CpuRmsNorm(RmsNorm):
     def launch(self, stream, input, weight, out) -> None:
         self.launch_rows(out, input, weight)
 
+    def bind_launch(self, stream, input, weight, out):
+        return self.launch_rows.bind(out, input, weight)
+
     @classmethod
     def precompile(cls) -> int:
         import torch

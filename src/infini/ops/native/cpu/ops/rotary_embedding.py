@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from infini.ops.base._indexing import index_error, unravel
 from infini.ops.base.rotary_embedding import RotaryEmbedding
 from infini.ops.core.registry import implementation
+from infini.ops.native.cpu.binding import checked, do_nothing
 from infini.ops.native.cpu.precompile import PRECOMPILED_DTYPES
 from infini.ops.native.cpu.rotary import RotaryLaunch
 
@@ -57,16 +60,52 @@ class CpuRotaryEmbedding(RotaryEmbedding):
             address = tensor.data_ptr()
             bad = launch(address, address, pos_address, cos_address, sin_address)
             if bad >= 0:
-                position = unravel(bad, self.tokens_shape)
-                raise index_error(
-                    self,
-                    "positions",
-                    position,
-                    int(positions[position]),
-                    0,
-                    self.max_position,
-                    "the rows of `cos_sin_cache`",
-                )
+                self._bad_position(positions, bad)
+
+    def bind_launch(self, stream, positions, query, key, cos_sin_cache):
+        pos_address = positions.data_ptr()
+        cos_address = cos_sin_cache.data_ptr()
+        sin_address = cos_address + self.sin_offset
+        launches = [
+            checked(
+                launch.kernel,
+                (
+                    tensor.data_ptr(),
+                    tensor.data_ptr(),
+                    pos_address,
+                    cos_address,
+                    sin_address,
+                    launch.plan,
+                    launch.sign,
+                ),
+                partial(self._bad_position, positions),
+            )
+            for launch, tensor in zip(self.launches, (query, key))
+            if launch.tokens
+        ]
+        if len(launches) == 1:
+            return launches[0]
+        if not launches:
+            return do_nothing
+        first, second = launches
+
+        def launch_both() -> None:
+            first()
+            second()
+
+        return launch_both
+
+    def _bad_position(self, positions, bad: int) -> None:
+        position = unravel(bad, self.tokens_shape)
+        raise index_error(
+            self,
+            "positions",
+            position,
+            int(positions[position]),
+            0,
+            self.max_position,
+            "the rows of `cos_sin_cache`",
+        )
 
     @classmethod
     def precompile(cls) -> int:

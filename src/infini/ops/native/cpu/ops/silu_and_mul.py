@@ -15,6 +15,7 @@ class CpuSiluAndMul(SiluAndMul):
     def __init__(self, args) -> None:
         super().__init__(args)
         self.launch = GatedElementwise(silu_and_mul_combine, args.out, args.input)
+        self.bind_launch = self.launch.bind
 
     @classmethod
     def precompile(cls) -> int:
