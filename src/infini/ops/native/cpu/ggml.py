@@ -513,20 +513,7 @@ def _dequantize_bits(count):
             _store_floats(builder, values, args[10])
             return context.get_dummy_value()
 
-        signature = types.void(
-            packed,
-            shift,
-            mask,
-            high,
-            high_shift,
-            high_mask,
-            position,
-            offset,
-            scale,
-            minimum,
-            out,
-        )
-        return signature, codegen
+        return types.void(*integers, offset, scale, minimum, out), codegen
 
     return dequantize_bits
 
@@ -577,47 +564,28 @@ _round_floats_float16 = _rounding_store(False)
 _round_floats_bfloat16 = _rounding_store(True)
 
 
-# Kernels capture these helpers rather than the intrinsics: the on-disk
-# cache keys a closure on the captured functions' qualified names, which the
-# two intrinsics share.
+def _named_helper(name: str, intrinsic_function):
+    """A helper `name` calling the two-argument `intrinsic_function`.
+    Kernels capture these helpers rather than the intrinsics: the on-disk
+    cache keys a closure on the captured functions' qualified names, which
+    the intrinsics of one factory share."""
+
+    def call(first, second):
+        intrinsic_function(first, second)
+
+    call.__name__ = call.__qualname__ = name
+    return helper(call)
 
 
-@helper
-def round_floats_float16(source, target):
-    _round_floats_float16(source, target)
-
-
-@helper
-def round_floats_bfloat16(source, target):
-    _round_floats_bfloat16(source, target)
-
+round_floats_float16 = _named_helper("round_floats_float16", _round_floats_float16)
+round_floats_bfloat16 = _named_helper("round_floats_bfloat16", _round_floats_bfloat16)
 
 # One block of `block_elements` values as float32 at address `out`.
-
-
-@helper
-def dequantize_q4_0(block, out):
-    dequantize_vector_q4_0(block, out)
-
-
-@helper
-def dequantize_q4_1(block, out):
-    dequantize_vector_q4_1(block, out)
-
-
-@helper
-def dequantize_q5_0(block, out):
-    dequantize_vector_q5_0(block, out)
-
-
-@helper
-def dequantize_q5_1(block, out):
-    dequantize_vector_q5_1(block, out)
-
-
-@helper
-def dequantize_q8_0(block, out):
-    dequantize_vector_q8_0(block, out)
+dequantize_q4_0 = _named_helper("dequantize_q4_0", dequantize_vector_q4_0)
+dequantize_q4_1 = _named_helper("dequantize_q4_1", dequantize_vector_q4_1)
+dequantize_q5_0 = _named_helper("dequantize_q5_0", dequantize_vector_q5_0)
+dequantize_q5_1 = _named_helper("dequantize_q5_1", dequantize_vector_q5_1)
+dequantize_q8_0 = _named_helper("dequantize_q8_0", dequantize_vector_q8_0)
 
 
 @helper
@@ -1689,24 +1657,15 @@ def _quantizer(source):
     return quantize_values
 
 
-_quantize_values_float32 = _quantizer("float32")
-_quantize_values_float16 = _quantizer("float16")
-_quantize_values_bfloat16 = _quantizer("bfloat16")
-
-
-@helper
-def quantize_values_float32(x, out):
-    _quantize_values_float32(x, out)
-
-
-@helper
-def quantize_values_float16(x, out):
-    _quantize_values_float16(x, out)
-
-
-@helper
-def quantize_values_bfloat16(x, out):
-    _quantize_values_bfloat16(x, out)
+quantize_values_float32 = _named_helper(
+    "quantize_values_float32", _quantizer("float32")
+)
+quantize_values_float16 = _named_helper(
+    "quantize_values_float16", _quantizer("float16")
+)
+quantize_values_bfloat16 = _named_helper(
+    "quantize_values_bfloat16", _quantizer("bfloat16")
+)
 
 
 QUANTIZE_VALUES = {

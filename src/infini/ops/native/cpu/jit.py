@@ -390,3 +390,30 @@ def kernel(function=None, *, parallel: bool = False, fastmath=False):
 def helper(function):
     """A device function inlined into the kernels that call it."""
     return numba.njit(inline="always", cache=False, nogil=True)(function)
+
+
+def chunk_kernels(body):
+    """Serial and parallel kernels over the chunks of a job, both taking
+    ``(chunks, arguments)`` and calling the kernel ``body(chunk, chunks,
+    arguments)`` once per chunk (`arguments` a tuple the body unpacks). The
+    body is compiled once, for both drivers, and the parallel passes see a
+    one-call loop instead of analysing the whole body."""
+    from numba import prange
+
+    def serial(chunks, arguments):
+        for chunk in range(chunks):
+            body(chunk, chunks, arguments)
+
+    def parallel(chunks, arguments):
+        # `int64`: inside the parfor the index is unsigned, and the body
+        # would be compiled a second time for it.
+        for chunk in prange(chunks):
+            body(numba.int64(chunk), chunks, arguments)
+
+    # The drivers capture `body`, and the disk cache keys captured
+    # functions on their names: make the drivers' names say which body.
+    function = getattr(body, "py_func", body)
+    name = f"{function.__module__}.{function.__qualname__}"
+    serial.__qualname__ = f"chunk_kernels.serial[{name}]"
+    parallel.__qualname__ = f"chunk_kernels.parallel[{name}]"
+    return kernel(serial), kernel(parallel, parallel=True)

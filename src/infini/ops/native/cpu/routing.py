@@ -15,7 +15,6 @@ from __future__ import annotations
 from functools import cache
 
 import numpy as np
-from numba import prange
 
 from infini.ops.core.geometry import AliasGuard, span
 
@@ -30,7 +29,7 @@ from .codes import (
     store_real,
     store_real_row,
 )
-from .jit import helper, kernel
+from .jit import chunk_kernels, helper, kernel
 from .layout import staging_like
 from .memory import element_array
 from .numeric import bfloat16_bits_to_float32, float16_bits_to_float32
@@ -98,20 +97,19 @@ def insert_top(keys, indices, count, k, value, index):
     return count
 
 
-def _topk_gating_chunk(
-    chunk,
-    addresses,
-    spans,
-    codes,
-    tokens,
-    experts,
-    topk,
-    strides,
-    softmax,
-    renormalize,
-    scale,
-    chunks,
-):
+def _topk_gating_chunk(chunk, chunks, arguments):
+    (
+        addresses,
+        spans,
+        codes,
+        tokens,
+        experts,
+        topk,
+        strides,
+        softmax,
+        renormalize,
+        scale,
+    ) = arguments
     # Operands: 0 weights, 1 ids, 2 token indices, 3 gating, 4 bias, 5 padding.
     w32 = element_array(addresses[0], spans[0], np.float32)
     w16 = element_array(addresses[0], spans[0], np.uint16)
@@ -199,73 +197,9 @@ def _topk_gating_chunk(
                 )
 
 
-# Each kernel is a serial chunk body compiled once, driven by a serial loop or
-# a `prange` loop: the parallel passes then see a one-call loop instead of
-# analysing the whole body, and the two drivers share the body's compile.
-# `reassoc` lets the row sums use several partial sums (vector lanes).
+# Each kernel is a chunk body driven by `chunk_kernels`. `reassoc` lets the
+# row sums use several partial sums (vector lanes).
 _topk_gating_body = kernel(_topk_gating_chunk, fastmath={"reassoc", "contract"})
-
-
-def _topk_gating_serial(
-    addresses,
-    spans,
-    codes,
-    tokens,
-    experts,
-    topk,
-    strides,
-    softmax,
-    renormalize,
-    scale,
-    chunks,
-):
-    for chunk in range(chunks):
-        _topk_gating_body(
-            chunk,
-            addresses,
-            spans,
-            codes,
-            tokens,
-            experts,
-            topk,
-            strides,
-            softmax,
-            renormalize,
-            scale,
-            chunks,
-        )
-
-
-def _topk_gating_parallel(
-    addresses,
-    spans,
-    codes,
-    tokens,
-    experts,
-    topk,
-    strides,
-    softmax,
-    renormalize,
-    scale,
-    chunks,
-):
-    # `np.int64`: inside the parfor the index is unsigned, and the body would
-    # be compiled a second time for it.
-    for chunk in prange(chunks):
-        _topk_gating_body(
-            np.int64(chunk),
-            addresses,
-            spans,
-            codes,
-            tokens,
-            experts,
-            topk,
-            strides,
-            softmax,
-            renormalize,
-            scale,
-            chunks,
-        )
 
 
 @cache
@@ -279,25 +213,24 @@ def topk_gating_kernels():
     `token_expert_indices[t, j]` is ``j * tokens + t``. Operands, in
     `addresses`, `spans`, `codes` (`codes.py`) and the rows of `strides`:
     weights, ids, token indices, gating, bias, padding."""
-    return kernel(_topk_gating_serial), kernel(_topk_gating_parallel, parallel=True)
+    return chunk_kernels(_topk_gating_body)
 
 
-def _grouped_topk_chunk(
-    chunk,
-    addresses,
-    spans,
-    codes,
-    tokens,
-    experts,
-    groups,
-    topk_group,
-    topk,
-    strides,
-    renormalize,
-    scale,
-    use_sigmoid,
-    chunks,
-):
+def _grouped_topk_chunk(chunk, chunks, arguments):
+    (
+        addresses,
+        spans,
+        codes,
+        tokens,
+        experts,
+        groups,
+        topk_group,
+        topk,
+        strides,
+        renormalize,
+        scale,
+        use_sigmoid,
+    ) = arguments
     # Operands: 0 values (float32), 1 indices, 2 scores, 3 bias.
     values = element_array(addresses[0], spans[0], np.float32)
     i32 = element_array(addresses[1], spans[1], np.int32)
@@ -360,85 +293,12 @@ def _grouped_topk_chunk(
 _grouped_topk_body = kernel(_grouped_topk_chunk)
 
 
-def _grouped_topk_serial(
-    addresses,
-    spans,
-    codes,
-    tokens,
-    experts,
-    groups,
-    topk_group,
-    topk,
-    strides,
-    renormalize,
-    scale,
-    use_sigmoid,
-    chunks,
-):
-    for chunk in range(chunks):
-        _grouped_topk_body(
-            chunk,
-            addresses,
-            spans,
-            codes,
-            tokens,
-            experts,
-            groups,
-            topk_group,
-            topk,
-            strides,
-            renormalize,
-            scale,
-            use_sigmoid,
-            chunks,
-        )
-
-
-def _grouped_topk_parallel(
-    addresses,
-    spans,
-    codes,
-    tokens,
-    experts,
-    groups,
-    topk_group,
-    topk,
-    strides,
-    renormalize,
-    scale,
-    use_sigmoid,
-    chunks,
-):
-    # `np.int64`: inside the parfor the index is unsigned, and the body would
-    # be compiled a second time for it.
-    for chunk in prange(chunks):
-        _grouped_topk_body(
-            np.int64(chunk),
-            addresses,
-            spans,
-            codes,
-            tokens,
-            experts,
-            groups,
-            topk_group,
-            topk,
-            strides,
-            renormalize,
-            scale,
-            use_sigmoid,
-            chunks,
-        )
-
-
 @cache
 def grouped_topk_kernels():
     """Serial and parallel kernels of DeepSeek-style grouped top-k routing
     (see `infini.ops.base.grouped_topk`). Operands: values, indices, scores,
     bias."""
-    return (
-        kernel(_grouped_topk_serial),
-        kernel(_grouped_topk_parallel, parallel=True),
-    )
+    return chunk_kernels(_grouped_topk_body)
 
 
 @helper
@@ -495,9 +355,8 @@ def accumulate_four_rows(total, x32, x16, code, b0, b1, b2, b3, hidden):
             ) + (bfloat16_bits_to_float32(q2[h]) + bfloat16_bits_to_float32(q3[h]))
 
 
-def _moe_sum_chunk(
-    chunk, addresses, spans, codes, tokens, topk, hidden, map_size, strides, chunks
-):
+def _moe_sum_chunk(chunk, chunks, arguments):
+    addresses, spans, codes, tokens, topk, hidden, map_size, strides = arguments
     # Operands: 0 output, 1 input, 2 topk_ids, 3 expert_map.
     o32 = element_array(addresses[0], spans[0], np.float32)
     o16 = element_array(addresses[0], spans[0], np.uint16)
@@ -567,51 +426,13 @@ def _moe_sum_chunk(
 _moe_sum_body = kernel(_moe_sum_chunk, fastmath={"reassoc", "contract"})
 
 
-def _moe_sum_serial(
-    addresses, spans, codes, tokens, topk, hidden, map_size, strides, chunks
-):
-    for chunk in range(chunks):
-        _moe_sum_body(
-            chunk,
-            addresses,
-            spans,
-            codes,
-            tokens,
-            topk,
-            hidden,
-            map_size,
-            strides,
-            chunks,
-        )
-
-
-def _moe_sum_parallel(
-    addresses, spans, codes, tokens, topk, hidden, map_size, strides, chunks
-):
-    # `np.int64`: inside the parfor the index is unsigned, and the body would
-    # be compiled a second time for it.
-    for chunk in prange(chunks):
-        _moe_sum_body(
-            np.int64(chunk),
-            addresses,
-            spans,
-            codes,
-            tokens,
-            topk,
-            hidden,
-            map_size,
-            strides,
-            chunks,
-        )
-
-
 @cache
 def moe_sum_kernels():
     """Serial and parallel kernels of ``output[t] = sum_j input[t, j]`` over
     the `topk` slots of each token, skipping slots whose (mapped) expert id
     is negative or outside the expert map; float32 accumulation. Operands:
     output, input, topk_ids, expert_map (code 0: absent)."""
-    return kernel(_moe_sum_serial), kernel(_moe_sum_parallel, parallel=True)
+    return chunk_kernels(_moe_sum_body)
 
 
 def _moe_align_run(
@@ -783,16 +604,18 @@ class TopkGatingLaunch:
         outputs = (weights, ids, token_indices)
         targets = self.staging.targets(outputs, inputs)
         self.kernel(
-            addresses_of(tuple(targets) + inputs),
-            self.spans,
-            self.codes,
-            self.tokens,
-            self.experts,
-            self.topk,
-            self.strides,
-            self.softmax,
-            renormalize,
-            scale,
             self.chunks,
+            (
+                addresses_of(tuple(targets) + inputs),
+                self.spans,
+                self.codes,
+                self.tokens,
+                self.experts,
+                self.topk,
+                self.strides,
+                self.softmax,
+                renormalize,
+                scale,
+            ),
         )
         OutputStaging.finish(targets, outputs)

@@ -42,19 +42,21 @@ class CpuGroupedTopk(GroupedTopk):
         outputs = (topk_values, topk_indices)
         targets = self.staging.targets(outputs, (scores, bias))
         self.kernel(
-            addresses_of((targets[0], targets[1], scores, bias)),
-            self.spans,
-            self.codes,
-            self.tokens,
-            self.experts,
-            self.groups,
-            self.topk_group,
-            self.topk,
-            self.strides,
-            self.renormalize,
-            self.routed_scaling_factor,
-            self.sigmoid,
             self.chunks,
+            (
+                addresses_of((targets[0], targets[1], scores, bias)),
+                self.spans,
+                self.codes,
+                self.tokens,
+                self.experts,
+                self.groups,
+                self.topk_group,
+                self.topk,
+                self.strides,
+                self.renormalize,
+                self.routed_scaling_factor,
+                self.sigmoid,
+            ),
         )
         OutputStaging.finish(targets, outputs)
 

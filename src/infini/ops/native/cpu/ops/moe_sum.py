@@ -54,15 +54,17 @@ class CpuMoeSum(MoeSum):
             return
         (target,) = self.staging.targets((output,), (input, topk_ids, expert_map))
         self.kernel(
-            addresses_of((target, input, topk_ids, expert_map)),
-            self.spans,
-            self.codes,
-            self.tokens,
-            self.topk,
-            self.hidden,
-            self.map_size,
-            self.strides,
             self.chunks,
+            (
+                addresses_of((target, input, topk_ids, expert_map)),
+                self.spans,
+                self.codes,
+                self.tokens,
+                self.topk,
+                self.hidden,
+                self.map_size,
+                self.strides,
+            ),
         )
         OutputStaging.finish((target,), (output,))
 
