@@ -210,6 +210,18 @@ def load_tile_row(tile, j, features, source, base, step, load):
             row[d] = load(source, base + d * step)
 
 
+@helper
+def load_run(flat, first, elements, source, base, load):
+    """`elements` consecutive elements of `source` from `base`, as float32,
+    into `flat` from `first` (whole rows of a tile)."""
+    # Both through slices: indices from 0 need no negative-index check,
+    # which would keep the loop from vectorising.
+    window = source[base : base + elements]
+    target = flat[first : first + elements]
+    for e in range(elements):
+        target[e] = load(window, e)
+
+
 @cache
 def sdpa_online_kernel(dtype: str):
     """The online-softmax kernel of `scaled_dot_product_attention`.
@@ -793,24 +805,40 @@ def paged_task_kernel(dtype: str):
         # never read (decode reads `window` keys, not the whole sequence).
         begin = max(position + 1 - window, 0) if window > 0 else 0
         begin = max(begin, key_low)
+        # Keys of a page whose rows lie end to end (the usual layout) are
+        # copied as one run of elements: four times faster than row by row.
+        runs = k_col == 1 and v_col == 1 and k_slot == features and v_slot == features
+        key_flat = key_tile.reshape(KEY_TILE * features)
+        value_flat = value_tile.reshape(KEY_TILE * features)
         for start in range(begin, end, KEY_TILE):
             count = min(KEY_TILE, end - start)
-            # The page and the slot within it advance with the key (one
-            # division per tile: a 64-bit division per key cost as much as
-            # the key's products).
+            # One division per tile (a 64-bit division per key cost as much
+            # as the key's products); then page by page.
             page = start // block_size
             within = start - page * block_size
-            block = np.int64(table[s * t_row + page * t_col])
-            for j in range(count):
-                if within == block_size:
-                    page += 1
-                    within = 0
-                    block = np.int64(table[s * t_row + page * t_col])
-                base = block * k_block + g * k_head + within * k_slot
-                load_tile_row(key_tile, j, features, k, base, k_col, load)
-                base = block * v_block + g * v_head + within * v_slot
-                load_tile_row(value_tile, j, features, v, base, v_col, load)
-                within += 1
+            j = 0
+            while j < count:
+                block = np.int64(table[s * t_row + page * t_col])
+                run = min(block_size - within, count - j)
+                k_base = block * k_block + g * k_head + within * k_slot
+                v_base = block * v_block + g * v_head + within * v_slot
+                if runs:
+                    elements = run * features
+                    load_run(key_flat, j * features, elements, k, k_base, load)
+                    load_run(value_flat, j * features, elements, v, v_base, load)
+                else:
+                    for r in range(run):
+                        load_tile_row(
+                            key_tile, j + r, features, k, k_base + r * k_slot,
+                            k_col, load,
+                        )  # fmt: skip
+                        load_tile_row(
+                            value_tile, j + r, features, v, v_base + r * v_slot,
+                            v_col, load,
+                        )  # fmt: skip
+                j += run
+                page += 1
+                within = 0
             tile_scores(queries, key_tile, scores, rows, count, features)
             for t in range(count_tokens):
                 limit = position + t  # the last key this token sees
