@@ -95,6 +95,19 @@ def dot2x4(query0, query1, key0, key1, key2, key3, features):
     return a0, a1, a2, a3, b0, b1, b2, b3
 
 
+@helper
+def dot1x4(query, key0, key1, key2, key3, features):
+    """The dot products of one query with four keys."""
+    a0 = a1 = a2 = a3 = np.float32(0)
+    for d in range(features):
+        q = query[d]
+        a0 += q * key0[d]
+        a1 += q * key1[d]
+        a2 += q * key2[d]
+        a3 += q * key3[d]
+    return a0, a1, a2, a3
+
+
 @stage
 def tile_scores(queries, keys, scores, rows, count, features):
     """``scores[r, j] = queries[r] . keys[j]`` for a tile, by blocks of two
@@ -117,10 +130,17 @@ def tile_scores(queries, keys, scores, rows, count, features):
             ) = dot2x4(
                 query0, query1, keys[j], keys[j + 1], keys[j + 2], keys[j + 3], features
             )
+    for r in range(pairs, rows):
+        # The last row when odd (a GQA group of three): four keys at a time.
+        row, query = scores[r], queries[r]
+        for j in range(0, quads, 4):
+            row[j], row[j + 1], row[j + 2], row[j + 3] = dot1x4(
+                query, keys[j], keys[j + 1], keys[j + 2], keys[j + 3], features
+            )
     for r in range(rows):
-        # The keys past the last block of four, and the last row when odd.
+        # The keys past the last block of four.
         query = queries[r]
-        for j in range(quads if r < pairs else 0, count):
+        for j in range(quads, count):
             key = keys[j]
             total = np.float32(0)
             for d in range(features):
@@ -186,9 +206,19 @@ def tile_accumulate(weights, values, acc, rows, count, features):
                 target0[d] += a * value[d]
                 target1[d] += b * value[d]
     for r in range(pairs, rows):
+        # The last row when odd (a GQA group of three): four keys per update
+        # too.
         target = acc[r]
         weight = weights[r]
-        for j in range(count):
+        for j in range(0, quads, 4):
+            a0, a1, a2, a3 = weight[j], weight[j + 1], weight[j + 2], weight[j + 3]
+            value0, value1 = values[j], values[j + 1]
+            value2, value3 = values[j + 2], values[j + 3]
+            for d in range(features):
+                target[d] += (a0 * value0[d] + a1 * value1[d]) + (
+                    a2 * value2[d] + a3 * value3[d]
+                )
+        for j in range(quads, count):
             w = weight[j]
             value = values[j]
             for d in range(features):
