@@ -21,7 +21,13 @@ from infini.ops.core.tensor import TensorMeta
 
 from .binding import bound, do_nothing
 from .dtype_io import COMPUTE, loader, storer
-from .layout import ElementwisePlan, chunking, staging_like, streams
+from .layout import (
+    ACTIVATION_COST,
+    ElementwisePlan,
+    chunking,
+    staging_like,
+    streams,
+)
 from .memory import STORAGE
 
 
@@ -501,7 +507,7 @@ class BinaryElementwise:
     """
 
     def __init__(
-        self, combine, out, input, other, scalar, streaming: bool = False
+        self, combine, out, input, other, scalar, streaming: bool = False, cost=1
     ) -> None:
         shape = out.shape
         strides = [
@@ -511,7 +517,7 @@ class BinaryElementwise:
         ]
         self.plan = plan = ElementwisePlan(shape, strides)
         self.numel = plan.numel
-        self.chunk_size, self.chunks = chunking(plan)
+        self.chunk_size, self.chunks = chunking(plan, cost)
         self.total = plan.rows * plan.inner
         self.scalar = scalar
         dtype = out.dtype
@@ -681,7 +687,9 @@ class GatedElementwise:
     def __init__(self, combine, out, input) -> None:
         half = TensorMeta(out.shape, input.strides, input.dtype, input.device)
         self.second_offset = out.shape[-1] * input.strides[-1] * input.element_size
-        self.elementwise = BinaryElementwise(combine, out, half, half, 0.0)
+        self.elementwise = BinaryElementwise(
+            combine, out, half, half, 0.0, cost=ACTIVATION_COST
+        )
 
     def __call__(self, stream, input, out) -> None:
         first_address = input.data_ptr()
