@@ -141,7 +141,8 @@ def chunking(plan: ElementwisePlan, cost: int = 1) -> tuple[int, int]:
     total = plan.rows * plan.inner
     if total * cost < PARALLEL_THRESHOLD:
         return max(total, 1), 1
-    chunk = max(CHUNK // cost, 1)
+    # Smaller chunks only for a job that would otherwise run serially.
+    chunk = CHUNK if total >= PARALLEL_THRESHOLD else max(CHUNK // cost, 1)
     return chunk, -(-total // chunk)
 
 
