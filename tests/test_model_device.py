@@ -39,6 +39,7 @@ from infini.ops.models import (
     QuantisedMatrix,
     Scheduler,
 )
+from infini.ops.models.huge_pages import huge_pages_available
 
 REPO = Path(__file__).resolve().parents[1]
 # GGML type codes: the fused query/key/value projection mixes two types, so
@@ -363,13 +364,20 @@ def test_device_path_matches_cpu_path(weights, checkpoints, device_run):
 
 def test_cpu_path_stages_nothing(checkpoints):
     """The default CPU path reads the buffers the scheduler writes (no copy
-    per step) and keeps its weights where the checkpoint put them."""
+    per step) and keeps its weights where the checkpoint put them, or, where
+    transparent huge pages are available, in the one mapping of 2 MiB pages
+    they are copied into at load time (`models/huge_pages.py`)."""
     model = LlamaModel(checkpoints["float32"], max_seqs=1, max_seq_len=16)
     assert model.device == torch.device("cpu") and not model.staged
     assert model.host_inputs is model.inputs
-    assert model.layers[0].attn_norm.data_ptr() == (
-        checkpoints["float32"].layers[0].attn_norm.ctypes.data
-    )
+    norm = checkpoints["float32"].layers[0].attn_norm
+    weight = model.layers[0].attn_norm
+    assert np.array_equal(weight.numpy(), norm)
+    if huge_pages_available():
+        storages = {w.untyped_storage().data_ptr() for w in model.streamed_weights()}
+        assert storages == {weight.untyped_storage().data_ptr()}
+    else:
+        assert weight.data_ptr() == norm.ctypes.data
 
 
 def _child(folder: Path, names: list[str]) -> None:
