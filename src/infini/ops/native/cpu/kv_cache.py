@@ -36,6 +36,7 @@ from numba import prange
 
 from infini.ops.core.geometry import coalesce, span
 
+from .binding import checked, do_nothing
 from .dtype_io import BITS_DTYPE, loader
 from .jit import helper, kernel
 from .memory import STORAGE, KnownAddresses, element_array
@@ -337,6 +338,17 @@ class CacheWrite:
         self.kernel = parallel if chunks > 1 else serial
         # Caches and sources found not to overlap.
         self.apart = KnownAddresses()
+
+    def bind(self, k_dst, k_src, v_dst, v_src, index, fail):
+        """`__call__` on these addresses (unscaled) as a callable of no
+        arguments (`Operator.bind_launch`), or `None` where a source lies in
+        a cache (copied aside per call); a bad slot goes to ``fail(index)``."""
+        if self.empty:
+            return do_nothing
+        if (k_dst, k_src, v_dst, v_src) not in self.apart:
+            return None
+        arguments = (k_dst, k_src, v_dst, v_src, index, 0, 0, self.plan)
+        return checked(self.kernel, arguments, fail)
 
     def __call__(self, k_dst, k_src, v_dst, v_src, index, k_scale=0, v_scale=0) -> int:
         if self.empty:

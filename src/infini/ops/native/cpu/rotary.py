@@ -25,6 +25,7 @@ from numba import prange
 
 from infini.ops.core.geometry import span
 
+from .binding import checked, do_nothing
 from .dtype_io import loader, storer
 from .jit import kernel
 from .memory import STORAGE, element_array
@@ -276,3 +277,12 @@ class RotaryLaunch:
             self.plan,
             self.sign,
         )
+
+    def bind(self, dst_address, src_address, pos_address, cos_address, sin_address,
+             fail):  # fmt: skip
+        """`__call__` on these addresses as a callable of no arguments
+        (`Operator.bind_launch`); a bad position goes to ``fail(index)``."""
+        if self.tokens == 0:
+            return do_nothing
+        addresses = (dst_address, src_address, pos_address, cos_address, sin_address)
+        return checked(self.kernel, (*addresses, self.plan, self.sign), fail)

@@ -8,7 +8,6 @@ from infini.ops.base._indexing import slot_error
 from infini.ops.base.paged_caching_infinilm import PagedCachingInfinilm
 from infini.ops.core.geometry import span
 from infini.ops.core.registry import implementation
-from infini.ops.native.cpu.binding import checked, do_nothing
 from infini.ops.native.cpu.kv_cache import CacheWrite
 from infini.ops.native.cpu.precompile import index_dtypes, torch_dtypes
 
@@ -62,16 +61,12 @@ class CpuPagedCachingInfinilm(PagedCachingInfinilm):
             self._bad_slot(slot_mapping, bad)
 
     def bind_launch(self, stream, k, v, slot_mapping, k_cache, v_cache):
-        write = self.write
-        if write.empty:
-            return do_nothing
-        addresses = (k_cache.data_ptr(), k.data_ptr(), v_cache.data_ptr(), v.data_ptr())
-        if addresses not in write.apart:
-            # A source inside a cache is copied aside per call.
-            return None
-        return checked(
-            write.kernel,
-            (*addresses, slot_mapping.data_ptr(), 0, 0, write.plan),
+        return self.write.bind(
+            k_cache.data_ptr(),
+            k.data_ptr(),
+            v_cache.data_ptr(),
+            v.data_ptr(),
+            slot_mapping.data_ptr(),
             partial(self._bad_slot, slot_mapping),
         )
 

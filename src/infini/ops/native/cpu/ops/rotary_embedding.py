@@ -7,7 +7,6 @@ from functools import partial
 from infini.ops.base._indexing import index_error, unravel
 from infini.ops.base.rotary_embedding import RotaryEmbedding
 from infini.ops.core.registry import implementation
-from infini.ops.native.cpu.binding import checked, do_nothing
 from infini.ops.native.cpu.precompile import PRECOMPILED_DTYPES
 from infini.ops.native.cpu.rotary import RotaryLaunch
 
@@ -66,28 +65,21 @@ class CpuRotaryEmbedding(RotaryEmbedding):
         pos_address = positions.data_ptr()
         cos_address = cos_sin_cache.data_ptr()
         sin_address = cos_address + self.sin_offset
-        launches = [
-            checked(
-                launch.kernel,
-                (
-                    tensor.data_ptr(),
-                    tensor.data_ptr(),
-                    pos_address,
-                    cos_address,
-                    sin_address,
-                    launch.plan,
-                    launch.sign,
-                ),
-                partial(self._bad_position, positions),
+        fail = partial(self._bad_position, positions)
+        first, *rest = [
+            launch.bind(
+                tensor.data_ptr(),
+                tensor.data_ptr(),
+                pos_address,
+                cos_address,
+                sin_address,
+                fail,
             )
             for launch, tensor in zip(self.launches, (query, key))
-            if launch.tokens
         ]
-        if len(launches) == 1:
-            return launches[0]
-        if not launches:
-            return do_nothing
-        first, second = launches
+        if not rest:
+            return first
+        (second,) = rest
 
         def launch_both() -> None:
             first()
