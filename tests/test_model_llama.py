@@ -272,10 +272,15 @@ REAL_PROMPTS = (
 
 MODEL_PATH = smollm2_path()
 # Largest logits difference of the 4-bit run from its float32 reference, the
-# effect of quantising activations to 8 bits (measured 1.29 on 96 steps; the
-# logits span about 40). Where the reference's two best logits are further
-# apart than this, the greedy tokens must agree.
-Q4_LOGIT_TOLERANCE = 2.0
+# effect of quantising activations to 8 bits (the logits span about 40).
+# Measured on 96 steps: 1.29 on an AVX2 CPU; on an AVX-512 one, same tokens,
+# 1.89 with kernels compiled for AVX2 and 2.19 with AVX-512. The products
+# are bit-identical across instruction sets; the float32 kernels around
+# them sum in another order at another vector width, and rounding the
+# activations to 8 bits turns such last-bit differences into whole codes.
+# Where the reference's two best logits are further apart than this, the
+# greedy tokens must agree.
+Q4_LOGIT_TOLERANCE = 3.0
 # The same for bfloat16 weights and activations (measured 1.40 on 72 steps;
 # transformers in bfloat16 is 0.96 from its own float32).
 BF16_LOGIT_TOLERANCE = 2.0

@@ -28,8 +28,8 @@ import numpy as np
 
 from infini.ops.core.geometry import span
 
+from .weight_rows import BFLOAT16_MAX_ROWS, WeightRowsPlan
 from .weight_rows import MAX_ROWS as WEIGHT_ROWS_MAX
-from .weight_rows import WeightRowsPlan
 
 # The NumPy type a tensor's memory is viewed as: bfloat16 has no NumPy type
 # and is viewed as its `uint16` bit pattern.
@@ -277,12 +277,15 @@ class MatmulPlan:
         # per such hand-over on two cores.
         narrow = out.dtype in ("bfloat16", "float16")
         float32_rows = out.dtype == "float32" and len(a.shape) == 2
+        most_rows = WEIGHT_ROWS_MAX
+        if out.dtype == "bfloat16" and has_sixteen_bit_instructions("bfloat16"):
+            most_rows = BFLOAT16_MAX_ROWS
         self.narrow_weight = (
             (narrow or float32_rows)
             and len(a.shape) == 2
             and len(b.shape) == 2
             and len(out.shape) == 2
-            and a.shape[0] <= WEIGHT_ROWS_MAX
+            and a.shape[0] <= most_rows
             and b.strides[0] == 1
             and not self.reduction_empty
         )

@@ -55,57 +55,27 @@ from .blas import HostView, matmul_into
 from .dtype_io import loader, storer
 from .jit import compiled_with, helper, kernel
 from .memory import STORAGE, element_array
-
-_I8 = ir.IntType(8)
-_I16 = ir.IntType(16)
-_I32 = ir.IntType(32)
-
-
-# Vector IR building blocks.
-
-
-def _vector_type(element, count):
-    return ir.VectorType(element, count)
-
-
-def _load_vector(builder, address, element, count):
-    """`count` elements at an integer address, with no alignment assumed."""
-    pointer = builder.inttoptr(address, _vector_type(element, count).as_pointer())
-    return builder.load(pointer, align=1)
-
-
-def _splat(builder, value, count):
-    """A vector of `count` copies of the scalar `value`."""
-    vector_type = _vector_type(value.type, count)
-    single = builder.insert_element(
-        ir.Constant(vector_type, ir.Undefined), value, ir.Constant(_I32, 0)
-    )
-    return builder.shuffle_vector(
-        single,
-        ir.Constant(vector_type, ir.Undefined),
-        ir.Constant(_vector_type(_I32, count), [0] * count),
-    )
-
-
-def _constant_splat(element, count, value):
-    return ir.Constant(_vector_type(element, count), [value] * count)
-
-
-def _declare(builder, name, return_type, arg_types):
-    """The LLVM function `name` of the module, declared on first use
-    (llvmlite cannot name overloaded intrinsics of vector types itself)."""
-    function = builder.module.globals.get(name)
-    if function is None:
-        function = ir.Function(
-            builder.module, ir.FunctionType(return_type, arg_types), name
-        )
-    return function
+from .vector_ir import (
+    F32,
+    I8,
+    I16,
+    I32,
+    add_offset,
+    carried_loop,
+    constant_splat,
+    declare,
+    float_total,
+    integers,
+    load_vector,
+    splat,
+    vector_type,
+)
 
 
 def _reduce_add(builder, vector):
     count = vector.type.count
     name = f"llvm.vector.reduce.add.v{count}i{vector.type.element.width}"
-    function = _declare(builder, name, vector.type.element, [vector.type])
+    function = declare(builder, name, vector.type.element, [vector.type])
     return builder.call(function, [vector])
 
 
@@ -113,10 +83,10 @@ def _dot_unsigned(builder, codes, x_address):
     """``sum(codes[j] * x[j])``: `codes` an i8 vector of unsigned codes
     (below 128), `x` as many int8 activation codes at `x_address`."""
     count = codes.type.count
-    x = _load_vector(builder, x_address, _I8, count)
+    x = load_vector(builder, x_address, I8, count)
     if count in _MADD and x86_madd_instructions():
         return _reduce_add(builder, _madd(builder, codes, x))
-    wide = _vector_type(_I32, count)
+    wide = vector_type(I32, count)
     return _reduce_add(
         builder, builder.mul(builder.zext(codes, wide), builder.sext(x, wide))
     )
@@ -134,24 +104,53 @@ _MADD = {
 }
 
 
+# The same sums in one instruction (VNNI's `vpdpbusd`), added to an int32
+# accumulator and with no 16-bit step. LLVM upgrades this (older) form of
+# the declaration to whichever its version has.
+_DOT_BYTES = {16: "llvm.x86.avx512.vpdpbusd.128", 32: "llvm.x86.avx512.vpdpbusd.256"}
+
+
+def vnni_instructions() -> bool:
+    """Whether the kernels are compiled for an x86 CPU with `vpdpbusd` on
+    16- and 32-byte vectors (AVX-VNNI, or AVX-512 VNNI with AVX-512 VL)."""
+    return compiled_with("avxvnni") or compiled_with("avx512vnni", "avx512vl")
+
+
+def dot_bytes(builder, total, unsigned, signed):
+    """`total` (int32 lanes; None for zeros) plus the int32 sums of four
+    adjacent ``unsigned[j] * signed[j]`` of two i8 vectors of 16 or 32
+    elements: one `vpdpbusd` (`vnni_instructions` must hold)."""
+    count = unsigned.type.count
+    lanes = vector_type(I32, count // 4)
+    if total is None:
+        total = ir.Constant(lanes, [0] * (count // 4))
+    function = declare(builder, _DOT_BYTES[count], lanes, [lanes] * 3)
+    return builder.call(
+        function,
+        [total, builder.bitcast(unsigned, lanes), builder.bitcast(signed, lanes)],
+    )
+
+
 def _madd(builder, unsigned, signed):
     """The int32 sums of four adjacent ``unsigned[j] * signed[j]`` of two i8
-    vectors of 16 or 32 elements (`_MADD`)."""
+    vectors of 16 or 32 elements (`_MADD`, or `dot_bytes` with VNNI)."""
+    if vnni_instructions():
+        return dot_bytes(builder, None, unsigned, signed)
     count = unsigned.type.count
     bytes_name, words_name = _MADD[count]
-    words_type = _vector_type(_I16, count // 2)
+    words_type = vector_type(I16, count // 2)
     pairs = builder.call(
-        _declare(builder, bytes_name, words_type, [unsigned.type, signed.type]),
+        declare(builder, bytes_name, words_type, [unsigned.type, signed.type]),
         [unsigned, signed],
     )
     return builder.call(
-        _declare(
+        declare(
             builder,
             words_name,
-            _vector_type(_I32, count // 4),
+            vector_type(I32, count // 4),
             [words_type, words_type],
         ),
-        [pairs, _constant_splat(_I16, count // 2, 1)],
+        [pairs, constant_splat(I16, count // 2, 1)],
     )
 
 
@@ -174,8 +173,8 @@ def _field(builder, packed, shift, mask):
 
     def lanes(value):
         if isinstance(value, int):
-            return _constant_splat(_I8, count, value)
-        return _splat(builder, value, count)
+            return constant_splat(I8, count, value)
+        return splat(builder, value, count)
 
     return builder.and_(builder.lshr(packed, lanes(shift)), lanes(mask))
 
@@ -185,14 +184,10 @@ def _bits(context, builder, args, arg_types, count):
     arguments ``(packed, shift, mask)``."""
     return _field(
         builder,
-        _load_vector(builder, args[0], _I8, count),
+        load_vector(builder, args[0], I8, count),
         _byte(context, builder, args[1], arg_types[1]),
         _byte(context, builder, args[2], arg_types[2]),
     )
-
-
-def _integers(*arg_types) -> bool:
-    return all(isinstance(t, types.Integer) for t in arg_types)
 
 
 @intrinsic
@@ -200,7 +195,7 @@ def dot_nibble_pairs(typingctx, packed, x):
     """``sum(q[j] * x[j], j < 32)`` where ``q[j]`` is the low nibble of byte
     ``j`` of the 16 bytes at `packed` for ``j < 16`` and the high nibble of
     byte ``j - 16`` after (Q4_0/Q4_1 codes); `x` points at 32 int8 codes."""
-    if not _integers(packed, x):
+    if not integers(packed, x):
         return None
 
     def codegen(context, builder, signature, args):
@@ -213,7 +208,7 @@ def dot_nibble_pairs(typingctx, packed, x):
 def dot_nibble_pairs_high(typingctx, packed, high, x):
     """`dot_nibble_pairs` with bit ``j`` of the little-endian uint32 at
     `high` as bit 4 of code ``j`` (Q5_0/Q5_1 codes)."""
-    if not _integers(packed, high, x):
+    if not integers(packed, high, x):
         return None
 
     def codegen(context, builder, signature, args):
@@ -226,13 +221,13 @@ def dot_nibble_pairs_high(typingctx, packed, high, x):
 @intrinsic
 def dot_signed_32(typingctx, packed, x):
     """``sum(w[j] * x[j], j < 32)`` of two int8 vectors (Q8_0 codes)."""
-    if not _integers(packed, x):
+    if not integers(packed, x):
         return None
 
     def codegen(context, builder, signature, args):
-        wide = _vector_type(_I32, 32)
-        weights = builder.sext(_load_vector(builder, args[0], _I8, 32), wide)
-        x = builder.sext(_load_vector(builder, args[1], _I8, 32), wide)
+        wide = vector_type(I32, 32)
+        weights = builder.sext(load_vector(builder, args[0], I8, 32), wide)
+        x = builder.sext(load_vector(builder, args[1], I8, 32), wide)
         return _reduce_add(builder, builder.mul(weights, x))
 
     return types.int32(packed, x), codegen
@@ -242,7 +237,7 @@ def _dot_bits(count):
     @intrinsic
     def dot_bits(typingctx, packed, shift, mask, x):
         """``sum(((packed[j] >> shift) & mask) * x[j], j < count)``."""
-        if not _integers(packed, shift, mask, x):
+        if not integers(packed, shift, mask, x):
             return None
 
         def codegen(context, builder, signature, args):
@@ -261,14 +256,14 @@ def _dot_bits_high(count):
     ):
         """``sum(q[j] * x[j], j < count)`` with ``q[j] = ((packed[j] >> shift)
         & mask) | (((high[j] >> high_shift) & high_mask) << position)``."""
-        if not _integers(packed, shift, mask, high, high_shift, high_mask, position, x):
+        if not integers(packed, shift, mask, high, high_shift, high_mask, position, x):
             return None
 
         def codegen(context, builder, signature, args):
             arg_types = signature.args
             codes = _bits(context, builder, args, arg_types, count)
             upper = _bits(context, builder, args[3:6], arg_types[3:6], count)
-            position = _splat(
+            position = splat(
                 builder, _byte(context, builder, args[6], arg_types[6]), count
             )
             codes = builder.or_(codes, builder.shl(upper, position))
@@ -296,7 +291,7 @@ def half_at(typingctx, address):
         return None
 
     def codegen(context, builder, signature, args):
-        bits = builder.load(builder.inttoptr(args[0], _I16.as_pointer()), align=1)
+        bits = builder.load(builder.inttoptr(args[0], I16.as_pointer()), align=1)
         return builder.fpext(builder.bitcast(bits, ir.HalfType()), ir.FloatType())
 
     return types.float32(address), codegen
@@ -335,8 +330,6 @@ def q3_scale(scales, i):
 # equal `gguf.quants.dequantize` bit for bit. Each writes float32 values at
 # an address (any alignment).
 
-_F32 = ir.FloatType()
-
 
 def _store_floats(builder, values, address):
     pointer = builder.inttoptr(address, values.type.as_pointer())
@@ -345,21 +338,21 @@ def _store_floats(builder, values, address):
 
 def _to_float(builder, codes):
     """Signed i32 codes to a float vector."""
-    return builder.sitofp(codes, _vector_type(_F32, codes.type.count))
+    return builder.sitofp(codes, vector_type(F32, codes.type.count))
 
 
 def _widen(builder, codes, signed=False):
-    wide = _vector_type(_I32, codes.type.count)
+    wide = vector_type(I32, codes.type.count)
     return builder.sext(codes, wide) if signed else builder.zext(codes, wide)
 
 
 def _nibble_pairs(builder, address):
     """The 32 unsigned codes of 16 bytes of nibble pairs (low nibbles first)."""
-    packed = _load_vector(builder, address, _I8, 16)
-    low = builder.and_(packed, _constant_splat(_I8, 16, 15))
-    high = builder.lshr(packed, _constant_splat(_I8, 16, 4))
+    packed = load_vector(builder, address, I8, 16)
+    low = builder.and_(packed, constant_splat(I8, 16, 15))
+    high = builder.lshr(packed, constant_splat(I8, 16, 4))
     return builder.shuffle_vector(
-        low, high, ir.Constant(_vector_type(_I32, 32), list(range(32)))
+        low, high, ir.Constant(vector_type(I32, 32), list(range(32)))
     )
 
 
@@ -369,34 +362,34 @@ def _with_high_bits(builder, codes, word_address):
     # Bit j is bit j % 8 of byte j // 8: each byte copied to eight lanes and
     # tested against its lane's bit (byte shuffles and compares, where
     # shifting a splat word by 32 counts needs 32-bit lanes).
-    word = _load_vector(builder, word_address, _I8, 4)
+    word = load_vector(builder, word_address, I8, 4)
     spread = builder.shuffle_vector(
-        word, word, ir.Constant(_vector_type(_I32, 32), [j // 8 for j in range(32)])
+        word, word, ir.Constant(vector_type(I32, 32), [j // 8 for j in range(32)])
     )
-    lane_bits = ir.Constant(_vector_type(_I8, 32), [1 << (j % 8) for j in range(32)])
+    lane_bits = ir.Constant(vector_type(I8, 32), [1 << (j % 8) for j in range(32)])
     set_bits = builder.icmp_unsigned(
-        "!=", builder.and_(spread, lane_bits), _constant_splat(_I8, 32, 0)
+        "!=", builder.and_(spread, lane_bits), constant_splat(I8, 32, 0)
     )
     high = builder.select(
-        set_bits, _constant_splat(_I8, 32, 16), _constant_splat(_I8, 32, 0)
+        set_bits, constant_splat(I8, 32, 16), constant_splat(I8, 32, 0)
     )
     return builder.or_(codes, high)
 
 
 def _half(builder, address):
-    bits = builder.load(builder.inttoptr(address, _I16.as_pointer()), align=1)
-    return builder.fpext(builder.bitcast(bits, ir.HalfType()), _F32)
+    bits = builder.load(builder.inttoptr(address, I16.as_pointer()), align=1)
+    return builder.fpext(builder.bitcast(bits, ir.HalfType()), F32)
 
 
 def _scaled(builder, codes, offset, block, scale_at, min_at=None):
     """``d * float(code - offset) [+ m]`` with the halves at `block` +
     `scale_at` (and `min_at`) for 32 unsigned i8 codes."""
-    values = builder.sub(_widen(builder, codes), _constant_splat(_I32, 32, offset))
+    values = builder.sub(_widen(builder, codes), constant_splat(I32, 32, offset))
     scale = _half(builder, builder.add(block, ir.Constant(block.type, scale_at)))
-    result = builder.fmul(_splat(builder, scale, 32), _to_float(builder, values))
+    result = builder.fmul(splat(builder, scale, 32), _to_float(builder, values))
     if min_at is not None:
         minimum = _half(builder, builder.add(block, ir.Constant(block.type, min_at)))
-        result = builder.fadd(result, _splat(builder, minimum, 32))
+        result = builder.fadd(result, splat(builder, minimum, 32))
     return result
 
 
@@ -406,7 +399,7 @@ def _block_dequantizer(build):
 
     @intrinsic
     def dequantize(typingctx, block, out):
-        if not _integers(block, out):
+        if not integers(block, out):
             return None
 
         def codegen(context, builder, signature, args):
@@ -418,21 +411,19 @@ def _block_dequantizer(build):
     return dequantize
 
 
-def _offset(builder, address, offset):
-    return builder.add(address, ir.Constant(address.type, offset))
-
-
 dequantize_vector_q4_0 = _block_dequantizer(
-    lambda b, block: _scaled(b, _nibble_pairs(b, _offset(b, block, 2)), 8, block, 0)
+    lambda b, block: _scaled(b, _nibble_pairs(b, add_offset(b, block, 2)), 8, block, 0)
 )
 dequantize_vector_q4_1 = _block_dequantizer(
-    lambda b, block: _scaled(b, _nibble_pairs(b, _offset(b, block, 4)), 0, block, 0, 2)
+    lambda b, block: _scaled(
+        b, _nibble_pairs(b, add_offset(b, block, 4)), 0, block, 0, 2
+    )
 )
 dequantize_vector_q5_0 = _block_dequantizer(
     lambda b, block: _scaled(
         b,
         _with_high_bits(
-            b, _nibble_pairs(b, _offset(b, block, 6)), _offset(b, block, 2)
+            b, _nibble_pairs(b, add_offset(b, block, 6)), add_offset(b, block, 2)
         ),
         16,
         block,
@@ -443,7 +434,7 @@ dequantize_vector_q5_1 = _block_dequantizer(
     lambda b, block: _scaled(
         b,
         _with_high_bits(
-            b, _nibble_pairs(b, _offset(b, block, 8)), _offset(b, block, 4)
+            b, _nibble_pairs(b, add_offset(b, block, 8)), add_offset(b, block, 4)
         ),
         0,
         block,
@@ -454,13 +445,13 @@ dequantize_vector_q5_1 = _block_dequantizer(
 
 
 def _q8_0_values(builder, block):
-    codes = _load_vector(builder, _offset(builder, block, 2), _I8, 32)
+    codes = load_vector(builder, add_offset(builder, block, 2), I8, 32)
     scale = _half(builder, block)
     # ``float(q) * d``: the reference's operand order (the product is the
     # same either way).
     return builder.fmul(
         _to_float(builder, _widen(builder, codes, signed=True)),
-        _splat(builder, scale, 32),
+        splat(builder, scale, 32),
     )
 
 
@@ -488,8 +479,8 @@ def _dequantize_bits(count):
         mask) | (((high[j] >> high_shift) & high_mask) << position)`` (the
         K-quants' groups; `high_mask` 0 for the formats without high
         bits)."""
-        integers = (packed, shift, mask, high, high_shift, high_mask, position)
-        if not _integers(*integers, offset, out):
+        fields = (packed, shift, mask, high, high_shift, high_mask, position)
+        if not integers(*fields, offset, out):
             return None
         if not all(isinstance(t, types.Float) for t in (scale, minimum)):
             return None
@@ -498,22 +489,22 @@ def _dequantize_bits(count):
             arg_types = signature.args
             codes = _bits(context, builder, args, arg_types, count)
             upper = _bits(context, builder, args[3:6], arg_types[3:6], count)
-            shift = _splat(
+            shift = splat(
                 builder, _byte(context, builder, args[6], arg_types[6]), count
             )
             codes = _widen(builder, builder.or_(codes, builder.shl(upper, shift)))
             offset = context.cast(builder, args[7], arg_types[7], types.int32)
-            codes = builder.sub(codes, _splat(builder, offset, count))
+            codes = builder.sub(codes, splat(builder, offset, count))
             scale = context.cast(builder, args[8], arg_types[8], types.float32)
             minimum = context.cast(builder, args[9], arg_types[9], types.float32)
             values = builder.fsub(
-                builder.fmul(_splat(builder, scale, count), _to_float(builder, codes)),
-                _splat(builder, minimum, count),
+                builder.fmul(splat(builder, scale, count), _to_float(builder, codes)),
+                splat(builder, minimum, count),
             )
             _store_floats(builder, values, args[10])
             return context.get_dummy_value()
 
-        return types.void(*integers, offset, scale, minimum, out), codegen
+        return types.void(*fields, offset, scale, minimum, out), codegen
 
     return dequantize_bits
 
@@ -528,30 +519,30 @@ def _rounding_store(to_bfloat16):
         """Rounds the 32 float32 values at `source` to nearest even and
         stores them as 16-bit floats at `target` (NaNs stay quiet NaNs), as
         `dtype_io`'s scalar stores do."""
-        if not _integers(source, target):
+        if not integers(source, target):
             return None
 
         def codegen(context, builder, signature, args):
             count = 32
-            values = _load_vector(builder, args[0], _F32, count)
+            values = load_vector(builder, args[0], F32, count)
             if to_bfloat16:
-                bits = builder.bitcast(values, _vector_type(_I32, count))
+                bits = builder.bitcast(values, vector_type(I32, count))
                 lower = builder.and_(
-                    builder.lshr(bits, _constant_splat(_I32, count, 16)),
-                    _constant_splat(_I32, count, 1),
+                    builder.lshr(bits, constant_splat(I32, count, 16)),
+                    constant_splat(I32, count, 1),
                 )
                 rounded = builder.add(
-                    bits, builder.add(lower, _constant_splat(_I32, count, 0x7FFF))
+                    bits, builder.add(lower, constant_splat(I32, count, 0x7FFF))
                 )
-                quiet = builder.or_(bits, _constant_splat(_I32, count, 0x400000))
+                quiet = builder.or_(bits, constant_splat(I32, count, 0x400000))
                 nan = builder.fcmp_unordered("uno", values, values)
                 chosen = builder.select(nan, quiet, rounded)
                 result = builder.trunc(
-                    builder.lshr(chosen, _constant_splat(_I32, count, 16)),
-                    _vector_type(_I16, count),
+                    builder.lshr(chosen, constant_splat(I32, count, 16)),
+                    vector_type(I16, count),
                 )
             else:
-                result = builder.fptrunc(values, _vector_type(ir.HalfType(), count))
+                result = builder.fptrunc(values, vector_type(ir.HalfType(), count))
             _store_floats(builder, result, args[1])
             return context.get_dummy_value()
 
@@ -919,36 +910,19 @@ DOT_BLOCK = {
 _ROW_LANES = 8
 
 
-def _float_total(builder, vector):
-    """The sum of the lanes of a float vector: halves added until one
-    lane remains."""
-    while vector.type.count > 1:
-        half = vector.type.count // 2
-        low, high = (
-            builder.shuffle_vector(
-                vector,
-                vector,
-                ir.Constant(_vector_type(_I32, half), list(range(start, start + half))),
-            )
-            for start in (0, half)
-        )
-        vector = builder.fadd(low, high)
-    return builder.extract_element(vector, _I32(0))
-
-
 def _lane_sums(builder, codes, x_address, signed=False):
     """``codes[j] * x[j]`` for 32 i8 codes and the 32 int8 activation codes
     at `x_address`, summed into eight int32 lanes: for unsigned codes lane
     ``i`` sums products ``4i`` to ``4i + 3`` (Q6_K scales the two halves
     apart); signed codes (Q8_0, one factor per group) mix positions."""
-    x = _load_vector(builder, x_address, _I8, 32)
+    x = load_vector(builder, x_address, I8, 32)
     if not x86_madd_instructions():
         products = builder.mul(_widen(builder, codes, signed), _widen(builder, x, True))
         quarters = [
             builder.shuffle_vector(
                 products,
                 products,
-                ir.Constant(_vector_type(_I32, 8), list(range(first, 32, 4))),
+                ir.Constant(vector_type(I32, 8), list(range(first, 32, 4))),
             )
             for first in range(4)
         ]
@@ -967,7 +941,7 @@ def signs_moved(builder, codes, x):
     byte multiply-add takes signed codes. |q| <= 128 (-128 reads as the
     unsigned 128) times activations of at most 127 in magnitude stays
     within the 16-bit pair sums."""
-    sign = _declare(builder, "llvm.x86.avx2.psign.b", codes.type, [codes.type] * 2)
+    sign = declare(builder, "llvm.x86.avx2.psign.b", codes.type, [codes.type] * 2)
     return builder.call(sign, [codes, codes]), builder.call(sign, [x, codes])
 
 
@@ -984,25 +958,27 @@ class _Group:
         self.x, self.scales, self.sums, self.block_sums = x, scales, sums, block_sums
 
     def codes(self, builder, group):
-        return _offset(builder, self.x, ACTIVATION_BLOCK * group)
+        return add_offset(builder, self.x, ACTIVATION_BLOCK * group)
 
     def scale(self, builder, group):
-        return _load_scalar(builder, _offset(builder, self.scales, 4 * group), _F32)
+        return _load_scalar(builder, add_offset(builder, self.scales, 4 * group), F32)
 
     def block_sum(self, builder, group):
-        return _load_scalar(builder, _offset(builder, self.block_sums, 4 * group), _F32)
+        return _load_scalar(
+            builder, add_offset(builder, self.block_sums, 4 * group), F32
+        )
 
     def half_sum(self, builder, half):
         """The sum of the codes of half `half` (16 codes) from the first
         group."""
-        return _load_scalar(builder, _offset(builder, self.sums, 4 * half), _I32)
+        return _load_scalar(builder, add_offset(builder, self.sums, 4 * half), I32)
 
 
 def _minus_in_lanes(builder, lanes, offsets):
     """`lanes` less each ``(lane, value)`` of `offsets` in that lane."""
     vector = ir.Constant(lanes.type, [0] * _ROW_LANES)
     for lane, value in offsets:
-        vector = builder.insert_element(vector, value, _I32(lane))
+        vector = builder.insert_element(vector, value, I32(lane))
     return builder.sub(lanes, vector)
 
 
@@ -1018,13 +994,13 @@ def _simple_terms(codes_of, min_at, code_offset, signed=False):
             # sum((q - offset) * x) = sum(q * x) - offset * sum(x).
             total = builder.add(group.half_sum(builder, 0), group.half_sum(builder, 1))
             lanes = _minus_in_lanes(
-                builder, lanes, [(0, builder.mul(total, _I32(code_offset)))]
+                builder, lanes, [(0, builder.mul(total, I32(code_offset)))]
             )
         factor = builder.fmul(_half(builder, block), group.scale(builder, 0))
         minimum = None
         if min_at is not None:
             minimum = builder.fmul(
-                _half(builder, _offset(builder, block, min_at)),
+                _half(builder, add_offset(builder, block, min_at)),
                 group.block_sum(builder, 0),
             )
         return [(lanes, factor)], minimum
@@ -1037,22 +1013,22 @@ def _k4_scale_min(builder, scale_bytes, j):
 
     def byte(index):
         return builder.zext(
-            _load_scalar(builder, _offset(builder, scale_bytes, index), _I8), _I32
+            _load_scalar(builder, add_offset(builder, scale_bytes, index), I8), I32
         )
 
     if j < 4:
         return (
-            builder.and_(byte(j), _I32(63)),
-            builder.and_(byte(j + 4), _I32(63)),
+            builder.and_(byte(j), I32(63)),
+            builder.and_(byte(j + 4), I32(63)),
         )
     packed = byte(j + 4)
     scale = builder.or_(
-        builder.and_(packed, _I32(15)),
-        builder.shl(builder.lshr(byte(j - 4), _I32(6)), _I32(4)),
+        builder.and_(packed, I32(15)),
+        builder.shl(builder.lshr(byte(j - 4), I32(6)), I32(4)),
     )
     minimum = builder.or_(
-        builder.lshr(packed, _I32(4)),
-        builder.shl(builder.lshr(byte(j), _I32(6)), _I32(4)),
+        builder.lshr(packed, I32(4)),
+        builder.shl(builder.lshr(byte(j), I32(6)), I32(4)),
     )
     return scale, minimum
 
@@ -1065,34 +1041,30 @@ def _k_terms(high_bits):
 
     def terms(builder, block, group):
         d = _half(builder, block)
-        scale_bytes = _offset(builder, block, 4)
+        scale_bytes = add_offset(builder, block, 4)
         result = []
-        offsets = _F32(0.0)
+        offsets = F32(0.0)
         for j in range(8):
-            packed = _load_vector(
-                builder, _offset(builder, block, codes_at + 32 * (j // 2)), _I8, 32
+            packed = load_vector(
+                builder, add_offset(builder, block, codes_at + 32 * (j // 2)), I8, 32
             )
             codes = _field(builder, packed, 4 * (j % 2), 15)
             if high_bits:
-                high = _load_vector(builder, _offset(builder, block, 16), _I8, 32)
+                high = load_vector(builder, add_offset(builder, block, 16), I8, 32)
                 high = _field(builder, high, j, 1)
-                codes = builder.or_(
-                    codes, builder.shl(high, _constant_splat(_I8, 32, 4))
-                )
+                codes = builder.or_(codes, builder.shl(high, constant_splat(I8, 32, 4)))
             x = group.codes(builder, j)
             lanes = _lane_sums(builder, codes, x)
             scale, minimum = _k4_scale_min(builder, scale_bytes, j)
             factor = builder.fmul(
-                builder.fmul(d, builder.sitofp(scale, _F32)), group.scale(builder, j)
+                builder.fmul(d, builder.sitofp(scale, F32)), group.scale(builder, j)
             )
             result.append((lanes, factor))
             offsets = builder.fadd(
                 offsets,
-                builder.fmul(
-                    group.block_sum(builder, j), builder.sitofp(minimum, _F32)
-                ),
+                builder.fmul(group.block_sum(builder, j), builder.sitofp(minimum, F32)),
             )
-        dmin = _half(builder, _offset(builder, block, 2))
+        dmin = _half(builder, add_offset(builder, block, 2))
         return result, builder.fneg(builder.fmul(dmin, offsets))
 
     return terms
@@ -1102,19 +1074,17 @@ def _q6_k_terms(builder, block, group):
     """The terms of a Q6_K block: eight groups of 32 6-bit codes with offset
     32 and a signed 8-bit scale per 16, ``d * sum(x_scale_j * sum over the
     halves of scale_h * sum((q - 32) * x))``."""
-    d = _half(builder, _offset(builder, block, 208))
+    d = _half(builder, add_offset(builder, block, 208))
     result = []
     for j in range(8):
         half, part = divmod(j, 4)
-        low = _load_vector(
-            builder, _offset(builder, block, 64 * half + 32 * (part % 2)), _I8, 32
+        low = load_vector(
+            builder, add_offset(builder, block, 64 * half + 32 * (part % 2)), I8, 32
         )
-        high = _load_vector(builder, _offset(builder, block, 128 + 32 * half), _I8, 32)
+        high = load_vector(builder, add_offset(builder, block, 128 + 32 * half), I8, 32)
         codes = builder.or_(
             _field(builder, low, 4 * (part // 2), 15),
-            builder.shl(
-                _field(builder, high, 2 * part, 3), _constant_splat(_I8, 32, 4)
-            ),
+            builder.shl(_field(builder, high, 2 * part, 3), constant_splat(I8, 32, 4)),
         )
         x = group.codes(builder, j)
         lanes = _lane_sums(builder, codes, x)
@@ -1123,26 +1093,26 @@ def _q6_k_terms(builder, block, group):
         lanes = _minus_in_lanes(
             builder,
             lanes,
-            [(4 * side, builder.mul(sums[side], _I32(32))) for side in range(2)],
+            [(4 * side, builder.mul(sums[side], I32(32))) for side in range(2)],
         )
         scales = [
             builder.sitofp(
-                _load_scalar(builder, _offset(builder, block, 192 + 2 * j + side), _I8),
-                _F32,
+                _load_scalar(
+                    builder, add_offset(builder, block, 192 + 2 * j + side), I8
+                ),
+                F32,
             )
             for side in range(2)
         ]
         common = builder.fmul(d, group.scale(builder, j))
-        pair = ir.Constant(_vector_type(_F32, 2), [0.0, 0.0])
+        pair = ir.Constant(vector_type(F32, 2), [0.0, 0.0])
         for side in range(2):
-            pair = builder.insert_element(pair, scales[side], _I32(side))
-        pair = builder.fmul(pair, _splat(builder, common, 2))
+            pair = builder.insert_element(pair, scales[side], I32(side))
+        pair = builder.fmul(pair, splat(builder, common, 2))
         factor = builder.shuffle_vector(
             pair,
             pair,
-            ir.Constant(
-                _vector_type(_I32, _ROW_LANES), [lane // 4 for lane in range(8)]
-            ),
+            ir.Constant(vector_type(I32, _ROW_LANES), [lane // 4 for lane in range(8)]),
         )
         result.append((lanes, factor))
     return result, None
@@ -1150,9 +1120,11 @@ def _q6_k_terms(builder, block, group):
 
 def _nibble_pair_codes(at, high_at=None):
     def codes(builder, block):
-        values = _nibble_pairs(builder, _offset(builder, block, at))
+        values = _nibble_pairs(builder, add_offset(builder, block, at))
         if high_at is not None:
-            values = _with_high_bits(builder, values, _offset(builder, block, high_at))
+            values = _with_high_bits(
+                builder, values, add_offset(builder, block, high_at)
+            )
         return values
 
     return codes
@@ -1169,7 +1141,7 @@ _ROW_LAYOUTS = {
         34,
         2,
         _simple_terms(
-            lambda b, block: _load_vector(b, _offset(b, block, 2), _I8, 32),
+            lambda b, block: load_vector(b, add_offset(b, block, 2), I8, 32),
             None,
             0,
             signed=True,
@@ -1192,7 +1164,7 @@ def _row_dot(quant_type):
         from `block`, with the activation codes at `x` and the activation
         groups' `scales`, `sums` and `block_sums` at those addresses
         (`quantize_activations`' scratch, from the row's first group)."""
-        if not _integers(block, x, scales, sums, block_sums, steps):
+        if not integers(block, x, scales, sums, block_sums, steps):
             return None
 
         def codegen(context, builder, signature, args):
@@ -1201,69 +1173,43 @@ def _row_dot(quant_type):
                 context.cast(builder, value, value_type, types.int64)
                 for value, value_type in zip(args, signature.args, strict=True)
             )
-            vector = _vector_type(_F32, _ROW_LANES)
+            vector = vector_type(F32, _ROW_LANES)
             zero = ir.Constant(vector, [0.0] * _ROW_LANES)
-            fmuladd = _declare(
+            fmuladd = declare(
                 builder, f"llvm.fmuladd.v{_ROW_LANES}f32", vector, [vector] * 3
             )
-            entry = builder.block
-            loop = builder.append_basic_block("row")
-            done = builder.append_basic_block("row_done")
-            builder.cbranch(builder.icmp_signed(">", steps, i64(0)), loop, done)
 
-            builder.position_at_end(loop)
-            index = builder.phi(i64)
-            # Two vector sums, taking the terms in turn: each term's
-            # multiply-add then overlaps the next one's.
-            totals = [builder.phi(vector), builder.phi(vector)]
-            scalar = builder.phi(_F32)
-            running = list(totals)
-            running_scalar = scalar
-            term_count = 0
-            for side in range(per_step):
-                number = builder.add(builder.mul(index, i64(per_step)), i64(side))
-                first_group = builder.mul(number, i64(groups_per_block))
-                group = _Group(
-                    builder.add(x, builder.mul(first_group, i64(ACTIVATION_BLOCK))),
-                    builder.add(scales, builder.mul(first_group, i64(4))),
-                    builder.add(sums, builder.mul(first_group, i64(8))),
-                    builder.add(block_sums, builder.mul(first_group, i64(4))),
-                )
-                address = builder.add(block, builder.mul(number, i64(block_bytes)))
-                products, extra = terms(builder, address, group)
-                for lanes, factor in products:
-                    if not isinstance(factor.type, ir.VectorType):
-                        factor = _splat(builder, factor, _ROW_LANES)
-                    which = term_count % 2
-                    running[which] = builder.call(
-                        fmuladd, [_to_float(builder, lanes), factor, running[which]]
+            def run(index, carried):
+                # Two vector sums, taking the terms in turn: each term's
+                # multiply-add then overlaps the next one's.
+                running = carried[:2]
+                running_scalar = carried[2]
+                term_count = 0
+                for side in range(per_step):
+                    number = builder.add(builder.mul(index, i64(per_step)), i64(side))
+                    first_group = builder.mul(number, i64(groups_per_block))
+                    group = _Group(
+                        builder.add(x, builder.mul(first_group, i64(ACTIVATION_BLOCK))),
+                        builder.add(scales, builder.mul(first_group, i64(4))),
+                        builder.add(sums, builder.mul(first_group, i64(8))),
+                        builder.add(block_sums, builder.mul(first_group, i64(4))),
                     )
-                    term_count += 1
-                if extra is not None:
-                    running_scalar = builder.fadd(running_scalar, extra)
-            following = builder.add(index, i64(1))
-            end = builder.block
-            index.add_incoming(i64(0), entry)
-            index.add_incoming(following, end)
-            for phi, value in zip(totals, running, strict=True):
-                phi.add_incoming(zero, entry)
-                phi.add_incoming(value, end)
-            scalar.add_incoming(_F32(0.0), entry)
-            scalar.add_incoming(running_scalar, end)
-            builder.cbranch(builder.icmp_signed("<", following, steps), loop, done)
+                    address = builder.add(block, builder.mul(number, i64(block_bytes)))
+                    products, extra = terms(builder, address, group)
+                    for lanes, factor in products:
+                        if not isinstance(factor.type, ir.VectorType):
+                            factor = splat(builder, factor, _ROW_LANES)
+                        which = term_count % 2
+                        running[which] = builder.call(
+                            fmuladd, [_to_float(builder, lanes), factor, running[which]]
+                        )
+                        term_count += 1
+                    if extra is not None:
+                        running_scalar = builder.fadd(running_scalar, extra)
+                return [*running, running_scalar]
 
-            builder.position_at_end(done)
-            results = []
-            for value, start in (
-                (running[0], zero),
-                (running[1], zero),
-                (running_scalar, _F32(0.0)),
-            ):
-                phi = builder.phi(value.type)
-                phi.add_incoming(start, entry)
-                phi.add_incoming(value, end)
-                results.append(phi)
-            total = _float_total(builder, builder.fadd(results[0], results[1]))
+            results = carried_loop(builder, steps, "row", [zero, zero, F32(0.0)], run)
+            total = float_total(builder, builder.fadd(results[0], results[1]))
             return builder.fadd(total, results[2])
 
         return types.float32(block, x, scales, sums, block_sums, steps), codegen
@@ -1589,21 +1535,19 @@ class ProductPlan:
 def _load_floats(builder, address, source):
     """32 values of dtype `source` at `address` as a float32 vector."""
     if source == "float32":
-        return _load_vector(builder, address, _F32, 32)
+        return load_vector(builder, address, F32, 32)
     if source == "float16":
-        halves = _load_vector(builder, address, ir.HalfType(), 32)
-        return builder.fpext(halves, _vector_type(_F32, 32))
-    bits = builder.zext(
-        _load_vector(builder, address, _I16, 32), _vector_type(_I32, 32)
-    )
-    bits = builder.shl(bits, _constant_splat(_I32, 32, 16))
-    return builder.bitcast(bits, _vector_type(_F32, 32))
+        halves = load_vector(builder, address, ir.HalfType(), 32)
+        return builder.fpext(halves, vector_type(F32, 32))
+    bits = builder.zext(load_vector(builder, address, I16, 32), vector_type(I32, 32))
+    bits = builder.shl(bits, constant_splat(I32, 32, 16))
+    return builder.bitcast(bits, vector_type(F32, 32))
 
 
 def _vector_intrinsic(builder, name, vector):
     """``name(vector)`` for an overloaded unary float intrinsic."""
     suffix = f"v{vector.type.count}f32"
-    function = _declare(builder, f"{name}.{suffix}", vector.type, [vector.type])
+    function = declare(builder, f"{name}.{suffix}", vector.type, [vector.type])
     return builder.call(function, [vector])
 
 
@@ -1614,20 +1558,20 @@ def _quantizer(source):
         products do and stores ``d * q`` as float32 at `out`: ``d = absmax
         / 127``, ``q = round(x / d)`` with float32 division and halves away
         from zero, 0 where ``d`` is 0 (see `quantize_codes`)."""
-        if not _integers(x, out):
+        if not integers(x, out):
             return None
 
         def codegen(context, builder, signature, args):
             count = 32
-            float_vector = _vector_type(_F32, count)
+            float_vector = vector_type(F32, count)
             values = _load_floats(builder, args[0], source)
             magnitudes = _vector_intrinsic(builder, "llvm.fabs", values)
-            reduce = _declare(
-                builder, "llvm.vector.reduce.fmax.v32f32", _F32, [float_vector]
+            reduce = declare(
+                builder, "llvm.vector.reduce.fmax.v32f32", F32, [float_vector]
             )
             largest = builder.call(reduce, [magnitudes])
-            d = builder.fdiv(largest, ir.Constant(_F32, 127.0))
-            ratio = builder.fdiv(values, _splat(builder, d, count))
+            d = builder.fdiv(largest, ir.Constant(F32, 127.0))
+            ratio = builder.fdiv(values, splat(builder, d, count))
             whole = _vector_intrinsic(builder, "llvm.trunc", ratio)
             remainder = _vector_intrinsic(
                 builder, "llvm.fabs", builder.fsub(ratio, whole)
@@ -1636,7 +1580,7 @@ def _quantizer(source):
                 ">=", remainder, ir.Constant(float_vector, [0.5] * count)
             )
             one = ir.Constant(float_vector, [1.0] * count)
-            copysign = _declare(
+            copysign = declare(
                 builder,
                 "llvm.copysign.v32f32",
                 float_vector,
@@ -1644,8 +1588,8 @@ def _quantizer(source):
             )
             step = builder.call(copysign, [one, ratio])
             codes = builder.select(away, builder.fadd(whole, step), whole)
-            positive = builder.fcmp_ordered(">", d, ir.Constant(_F32, 0.0))
-            scaled = builder.fmul(_splat(builder, d, count), codes)
+            positive = builder.fcmp_ordered(">", d, ir.Constant(F32, 0.0))
+            scaled = builder.fmul(splat(builder, d, count), codes)
             result = builder.select(
                 positive, scaled, ir.Constant(float_vector, [0.0] * count)
             )

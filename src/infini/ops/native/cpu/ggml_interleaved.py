@@ -46,28 +46,35 @@ from infini.ops.base._ggml import (
 
 from .dtype_io import loader, storer
 from .ggml import (
-    _F32,
-    _I8,
-    _I16,
-    _I32,
     _MADD,
     SERIAL_QUANTIZE_TOKENS,
     TILED_MIN_TOKENS,
     ProductPlan,
     TiledProductPlan,
-    _constant_splat,
-    _declare,
-    _integers,
-    _load_vector,
-    _offset,
-    _splat,
     activation_scratch,
+    dot_bytes,
     quantize_tokens,
     signs_moved,
+    vnni_instructions,
     x86_madd_instructions,
 )
 from .jit import kernel
 from .memory import STORAGE, element_array
+from .vector_ir import (
+    F32,
+    I8,
+    I16,
+    I32,
+    add_offset,
+    close_loop,
+    constant_splat,
+    counted_loop,
+    declare,
+    i64,
+    integers,
+    load_vector,
+    splat,
+)
 
 
 class TileLayout:
@@ -440,10 +447,10 @@ def _pair_products(builder, codes, x, signed):
     if x86_madd_instructions():
         if signed:
             codes, x = signs_moved(builder, codes, x)
-        words = ir.VectorType(_I16, 16)
-        function = _declare(builder, _MADD[32][0], words, [codes.type, x.type])
+        words = ir.VectorType(I16, 16)
+        function = declare(builder, _MADD[32][0], words, [codes.type, x.type])
         return builder.call(function, [codes, x])
-    wide = ir.VectorType(_I16, 32)
+    wide = ir.VectorType(I16, 32)
     widened = builder.sext(codes, wide) if signed else builder.zext(codes, wide)
     products = builder.mul(widened, builder.sext(x, wide))
     return _add_pairs(builder, products, 16)
@@ -455,7 +462,7 @@ def _add_pairs(builder, vector, count):
         builder.shuffle_vector(
             vector,
             vector,
-            ir.Constant(ir.VectorType(_I32, count), list(range(start, 2 * count, 2))),
+            ir.Constant(ir.VectorType(I32, count), list(range(start, 2 * count, 2))),
         )
         for start in (0, 1)
     )
@@ -464,17 +471,17 @@ def _add_pairs(builder, vector, count):
 
 def _word_pairs(builder, words):
     """The eight i32 sums of adjacent pairs of 16 i16 (`pmaddwd` by ones)."""
-    lanes = ir.VectorType(_I32, _LANES)
+    lanes = ir.VectorType(I32, _LANES)
     if x86_madd_instructions():
-        function = _declare(builder, _MADD[32][1], lanes, [words.type, words.type])
-        return builder.call(function, [words, _constant_splat(_I16, 16, 1)])
-    return _add_pairs(builder, builder.sext(words, ir.VectorType(_I32, 16)), _LANES)
+        function = declare(builder, _MADD[32][1], lanes, [words.type, words.type])
+        return builder.call(function, [words, constant_splat(I16, 16, 1)])
+    return _add_pairs(builder, builder.sext(words, ir.VectorType(I32, 16)), _LANES)
 
 
 def _broadcast_word(builder, address):
     """The four bytes at `address` repeated over 32 bytes."""
-    word = builder.load(builder.inttoptr(address, _I32.as_pointer()), align=1)
-    return builder.bitcast(_splat(builder, word, 8), ir.VectorType(_I8, 32))
+    word = builder.load(builder.inttoptr(address, I32.as_pointer()), align=1)
+    return builder.bitcast(splat(builder, word, 8), ir.VectorType(I8, 32))
 
 
 def _halves(builder, address):
@@ -483,7 +490,7 @@ def _halves(builder, address):
         builder.inttoptr(address, ir.VectorType(ir.HalfType(), _LANES).as_pointer()),
         align=1,
     )
-    return builder.fpext(vector, ir.VectorType(_F32, _LANES))
+    return builder.fpext(vector, ir.VectorType(F32, _LANES))
 
 
 def _tile_codes(builder, layout, block):
@@ -492,61 +499,92 @@ def _tile_codes(builder, layout, block):
     step`` (32 i8 each, four per row)."""
     codes = []
     if layout.high_bits is not None:
-        high = _load_vector(
-            builder, _offset(builder, block, layout.tile_high_bits), _I8, 32
+        high = load_vector(
+            builder, add_offset(builder, block, layout.tile_high_bits), I8, 32
         )
     for step in range(layout.steps if layout.signed else 4):
-        packed = _load_vector(
-            builder, _offset(builder, block, layout.tile_codes + 32 * step), _I8, 32
+        packed = load_vector(
+            builder, add_offset(builder, block, layout.tile_codes + 32 * step), I8, 32
         )
         if layout.signed:
             codes.append((packed,))
             continue
-        low = builder.and_(packed, _constant_splat(_I8, 32, 15))
-        top = builder.lshr(packed, _constant_splat(_I8, 32, 4))
+        low = builder.and_(packed, constant_splat(I8, 32, 15))
+        top = builder.lshr(packed, constant_splat(I8, 32, 4))
         if layout.high_bits is not None:
-            bit = _constant_splat(_I8, 32, 16)
+            bit = constant_splat(I8, 32, 16)
             low = builder.or_(
                 low,
-                builder.and_(
-                    builder.shl(high, _constant_splat(_I8, 32, 4 - step)), bit
-                ),
+                builder.and_(builder.shl(high, constant_splat(I8, 32, 4 - step)), bit),
             )
             top = builder.or_(
                 top,
-                builder.and_(builder.lshr(high, _constant_splat(_I8, 32, step)), bit),
+                builder.and_(builder.lshr(high, constant_splat(I8, 32, step)), bit),
             )
         codes.append((low, top))
     return codes
 
 
+class _RowSums:
+    """The eight rows' int32 sums of codes times activation codes, added
+    one 32-byte step at a time (four codes of each row against one
+    broadcast activation word): with VNNI, one `vpdpbusd` per step, into
+    `chains` accumulators taken in turn (so each waits only on its own);
+    else 16-bit pair sums (`_pair_products`) added while they cannot
+    overflow (`per_flush` of them), then widened (`_word_pairs`)."""
+
+    def __init__(self, builder, signed, per_flush, chains=1):
+        self.builder, self.signed, self.per_flush = builder, signed, per_flush
+        self.vnni = vnni_instructions()
+        self.totals = [None] * (chains if self.vnni else 1)
+        self.turn = 0
+        self.pending, self.count = None, 0
+
+    def add(self, codes, x):
+        builder = self.builder
+        if self.vnni:
+            if self.signed:
+                codes, x = signs_moved(builder, codes, x)
+            which = self.turn % len(self.totals)
+            self.totals[which] = dot_bytes(builder, self.totals[which], codes, x)
+            self.turn += 1
+            return
+        product = _pair_products(builder, codes, x, self.signed)
+        self.pending = (
+            product if self.pending is None else builder.add(self.pending, product)
+        )
+        self.count += 1
+        if self.count == self.per_flush:
+            self._flush()
+
+    def _flush(self):
+        lanes = _word_pairs(self.builder, self.pending)
+        first = self.totals[0]
+        self.totals[0] = lanes if first is None else self.builder.add(first, lanes)
+        self.pending, self.count = None, 0
+
+    def lanes(self):
+        """The sums added so far (i32, one lane per row)."""
+        if self.pending is not None:
+            self._flush()
+        totals = [total for total in self.totals if total is not None]
+        result = totals[0]
+        for total in totals[1:]:
+            result = self.builder.add(result, total)
+        return result
+
+
 def _token_sums(builder, layout, codes, x):
     """The eight rows' int32 sums of codes times activation codes (at `x`,
-    the block's 32) of one token: 16-bit pair sums added while they cannot
-    overflow (8 of them for 4-bit codes, 4 for 5-bit, 1 for Q8_0)."""
+    the block's 32) of one token (16-bit pair sums: 8 steps of 4-bit codes,
+    4 of 5-bit, 1 of Q8_0's)."""
     per_flush = 1 if layout.signed else (8 if layout.high_bits is None else 4)
-    total = None
-    pending = None
-    count = 0
+    sums = _RowSums(builder, layout.signed, per_flush, chains=2)
     for step, step_codes in enumerate(codes):
         starts = (4 * step,) if layout.signed else (4 * step, 16 + 4 * step)
         for values, start in zip(step_codes, starts, strict=True):
-            product = _pair_products(
-                builder,
-                values,
-                _broadcast_word(builder, _offset(builder, x, start)),
-                layout.signed,
-            )
-            pending = product if pending is None else builder.add(pending, product)
-            count += 1
-            if count == per_flush:
-                lanes = _word_pairs(builder, pending)
-                total = lanes if total is None else builder.add(total, lanes)
-                pending, count = None, 0
-    if pending is not None:
-        lanes = _word_pairs(builder, pending)
-        total = lanes if total is None else builder.add(total, lanes)
-    return total
+            sums.add(values, _broadcast_word(builder, add_offset(builder, x, start)))
+    return sums.lanes()
 
 
 class _TileTerms:
@@ -558,20 +596,20 @@ class _TileTerms:
         self.layout, self.builder = layout, builder
         self.tile, _, _, self.x, self.cols, self.scales, self.sums = arguments[:7]
         self.block_sums = arguments[7]
-        self.groups = builder.sdiv(self.cols, _i64(ACTIVATION_BLOCK))
+        self.groups = builder.sdiv(self.cols, i64(ACTIVATION_BLOCK))
 
     def block(self, index):
         """Loads and unpacks tile block `index` (kept for `terms`)."""
         builder, layout = self.builder, self.layout
         self.index = index
         address = builder.add(
-            self.tile, builder.mul(index, _i64(INTERLEAVED_ROWS * layout.block_bytes))
+            self.tile, builder.mul(index, i64(INTERLEAVED_ROWS * layout.block_bytes))
         )
         self.scale = _halves(builder, address)
         self.minimum = None
         if layout.minimum is not None:
             self.minimum = _halves(
-                builder, _offset(builder, address, layout.tile_minimum)
+                builder, add_offset(builder, address, layout.tile_minimum)
             )
         self.codes = _tile_codes(builder, layout, address)
 
@@ -580,20 +618,20 @@ class _TileTerms:
         super-block `self.index` (eight groups of 32)."""
         builder = self.builder
         first_group = builder.add(
-            builder.mul(token, self.groups), builder.mul(self.index, _i64(8))
+            builder.mul(token, self.groups), builder.mul(self.index, i64(8))
         )
         x = builder.add(
             self.x,
             builder.add(
                 builder.mul(token, self.cols),
-                builder.mul(self.index, _i64(8 * ACTIVATION_BLOCK)),
+                builder.mul(self.index, i64(8 * ACTIVATION_BLOCK)),
             ),
         )
         return first_group, x
 
     def _group_scalar(self, base, group, scalar_type, size):
         builder = self.builder
-        address = builder.add(base, builder.mul(group, _i64(size)))
+        address = builder.add(base, builder.mul(group, i64(size)))
         return builder.load(
             builder.inttoptr(address, scalar_type.as_pointer()), align=size
         )
@@ -605,29 +643,29 @@ class _TileTerms:
             self.x,
             builder.add(
                 builder.mul(token, self.cols),
-                builder.mul(self.index, _i64(ACTIVATION_BLOCK)),
+                builder.mul(self.index, i64(ACTIVATION_BLOCK)),
             ),
         )
         lanes = _token_sums(builder, layout, self.codes, x)
         if layout.offset:
             # sum((q - offset) * x) = sum(q * x) - offset * sum(x).
-            pair = self._group_scalar(self.sums, group, ir.VectorType(_I32, 2), 8)
+            pair = self._group_scalar(self.sums, group, ir.VectorType(I32, 2), 8)
             code_sum = builder.add(
-                builder.extract_element(pair, _I32(0)),
-                builder.extract_element(pair, _I32(1)),
+                builder.extract_element(pair, I32(0)),
+                builder.extract_element(pair, I32(1)),
             )
-            offset = builder.mul(code_sum, _I32(layout.offset))
-            lanes = builder.sub(lanes, _splat(builder, offset, _LANES))
-        x_scale = self._group_scalar(self.scales, group, _F32, 4)
+            offset = builder.mul(code_sum, I32(layout.offset))
+            lanes = builder.sub(lanes, splat(builder, offset, _LANES))
+        x_scale = self._group_scalar(self.scales, group, F32, 4)
         result = [
             (
                 builder.sitofp(lanes, _FLOATS),
-                builder.fmul(self.scale, _splat(builder, x_scale, _LANES)),
+                builder.fmul(self.scale, splat(builder, x_scale, _LANES)),
             )
         ]
         if self.minimum is not None:
-            block_sum = self._group_scalar(self.block_sums, group, _F32, 4)
-            result.append((self.minimum, _splat(builder, block_sum, _LANES)))
+            block_sum = self._group_scalar(self.block_sums, group, F32, 4)
+            result.append((self.minimum, splat(builder, block_sum, _LANES)))
         return result
 
 
@@ -641,63 +679,59 @@ class _K4TileTerms(_TileTerms):
         self.index = index
         self.address = builder.add(
             self.tile,
-            builder.mul(index, _i64(INTERLEAVED_ROWS * K4TileLayout.block_bytes)),
+            builder.mul(index, i64(INTERLEAVED_ROWS * K4TileLayout.block_bytes)),
         )
         d = _halves(builder, self.address)
         dmin = _halves(
-            builder, _offset(builder, self.address, K4TileLayout.tile_minimum)
+            builder, add_offset(builder, self.address, K4TileLayout.tile_minimum)
         )
         self.factors = []
         for j in range(8):
-            at = _offset(
+            at = add_offset(
                 builder, self.address, K4TileLayout.tile_scales + K4_SCALES * j
             )
             scale = builder.sitofp(_six_bit_rows(builder, at), _FLOATS)
             minimum = builder.sitofp(
-                _six_bit_rows(builder, _offset(builder, at, 6)), _FLOATS
+                _six_bit_rows(builder, add_offset(builder, at, 6)), _FLOATS
             )
             self.factors.append((builder.fmul(d, scale), builder.fmul(dmin, minimum)))
 
     def terms(self, token):
         builder = self.builder
         first_group, x = self._super_block(token)
-        codes_at = _offset(builder, self.address, K4TileLayout.tile_codes)
+        codes_at = add_offset(builder, self.address, K4TileLayout.tile_codes)
         result = []
         for pair in range(4):
-            low_sum = high_sum = None
+            # Eight steps of 4-bit codes stay within 16 bits.
+            low_sums = _RowSums(builder, False, per_flush=8)
+            high_sums = _RowSums(builder, False, per_flush=8)
             for step in range(8):
-                packed = _load_vector(
-                    builder, _offset(builder, codes_at, 256 * pair + 32 * step), _I8, 32
+                packed = load_vector(
+                    builder,
+                    add_offset(builder, codes_at, 256 * pair + 32 * step),
+                    I8,
+                    32,
                 )
-                low = builder.and_(packed, _constant_splat(_I8, 32, 15))
-                high = builder.lshr(packed, _constant_splat(_I8, 32, 4))
                 at = 64 * pair + 4 * step
-                low = _pair_products(
-                    builder,
-                    low,
-                    _broadcast_word(builder, _offset(builder, x, at)),
-                    False,
+                low_sums.add(
+                    builder.and_(packed, constant_splat(I8, 32, 15)),
+                    _broadcast_word(builder, add_offset(builder, x, at)),
                 )
-                high = _pair_products(
-                    builder,
-                    high,
-                    _broadcast_word(builder, _offset(builder, x, at + 32)),
-                    False,
+                high_sums.add(
+                    builder.lshr(packed, constant_splat(I8, 32, 4)),
+                    _broadcast_word(builder, add_offset(builder, x, at + 32)),
                 )
-                # Eight steps of 4-bit codes stay within 16 bits.
-                low_sum = low if low_sum is None else builder.add(low_sum, low)
-                high_sum = high if high_sum is None else builder.add(high_sum, high)
-            for j, words in ((2 * pair, low_sum), (2 * pair + 1, high_sum)):
-                group = builder.add(first_group, _i64(j))
-                x_scale = self._group_scalar(self.scales, group, _F32, 4)
-                block_sum = self._group_scalar(self.block_sums, group, _F32, 4)
+            for j, sums in ((2 * pair, low_sums), (2 * pair + 1, high_sums)):
+                group = builder.add(first_group, i64(j))
+                x_scale = self._group_scalar(self.scales, group, F32, 4)
+                block_sum = self._group_scalar(self.block_sums, group, F32, 4)
                 scale, minimum = self.factors[j]
-                lanes = builder.sitofp(_word_pairs(builder, words), _FLOATS)
+                lanes = builder.sitofp(sums.lanes(), _FLOATS)
                 result.append(
-                    (lanes, builder.fmul(scale, _splat(builder, x_scale, _LANES)))
+                    (lanes, builder.fmul(scale, splat(builder, x_scale, _LANES)))
                 )
                 result.append(
-                    (minimum, _splat(builder, builder.fneg(block_sum), _LANES))
+                    (minimum, splat(builder, builder.fneg(block_sum), _LANES))
                 )
         return result
 
@@ -711,87 +745,73 @@ class _K6TileTerms(_TileTerms):
         self.index = index
         self.address = builder.add(
             self.tile,
-            builder.mul(index, _i64(INTERLEAVED_ROWS * K6TileLayout.block_bytes)),
+            builder.mul(index, i64(INTERLEAVED_ROWS * K6TileLayout.block_bytes)),
         )
         self.scale = _halves(builder, self.address)
 
     def _row_scales(self, t):
         builder = self.builder
-        at = _offset(builder, self.address, K6TileLayout.tile_scales + 8 * t)
-        scales = _load_vector(builder, at, _I8, _LANES)
+        at = add_offset(builder, self.address, K6TileLayout.tile_scales + 8 * t)
+        scales = load_vector(builder, at, I8, _LANES)
         return builder.sitofp(scales, _FLOATS)
 
     def terms(self, token):
         builder = self.builder
         first_group, x = self._super_block(token)
-        codes_at = _offset(builder, self.address, K6TileLayout.tile_codes)
-        mask = _constant_splat(_I8, 32, 15)
-        top = _constant_splat(_I8, 32, 0x30)
+        codes_at = add_offset(builder, self.address, K6TileLayout.tile_codes)
+        mask = constant_splat(I8, 32, 15)
+        top = constant_splat(I8, 32, 0x30)
         result = []
         for h in range(2):
-            # Per value group k (32 values) and half: the 32-bit sums.
-            sums = {}
-            pending = {}
+            # Per value group k (32 values) and half: the 32-bit sums (6-bit
+            # codes: two steps at most in 16 bits).
+            sums = {
+                (k, half): _RowSums(builder, False, per_flush=2)
+                for k in range(4)
+                for half in range(2)
+            }
             for step in range(8):
-                at = _offset(builder, codes_at, 96 * (8 * h + step))
+                at = add_offset(builder, codes_at, 96 * (8 * h + step))
                 first, second, bits = (
-                    _load_vector(builder, _offset(builder, at, 32 * part), _I8, 32)
+                    load_vector(builder, add_offset(builder, at, 32 * part), I8, 32)
                     for part in range(3)
                 )
                 codes = (
                     builder.or_(
                         builder.and_(first, mask),
-                        builder.and_(
-                            builder.shl(bits, _constant_splat(_I8, 32, 4)), top
-                        ),
+                        builder.and_(builder.shl(bits, constant_splat(I8, 32, 4)), top),
                     ),
                     builder.or_(
                         builder.and_(second, mask),
-                        builder.and_(
-                            builder.shl(bits, _constant_splat(_I8, 32, 2)), top
-                        ),
+                        builder.and_(builder.shl(bits, constant_splat(I8, 32, 2)), top),
                     ),
                     builder.or_(
-                        builder.lshr(first, _constant_splat(_I8, 32, 4)),
+                        builder.lshr(first, constant_splat(I8, 32, 4)),
                         builder.and_(bits, top),
                     ),
                     builder.or_(
-                        builder.lshr(second, _constant_splat(_I8, 32, 4)),
+                        builder.lshr(second, constant_splat(I8, 32, 4)),
                         builder.and_(
-                            builder.lshr(bits, _constant_splat(_I8, 32, 2)), top
+                            builder.lshr(bits, constant_splat(I8, 32, 2)), top
                         ),
                     ),
                 )
                 half = step // 4
                 for k, values in enumerate(codes):
                     start = 128 * h + 32 * k + 4 * step
-                    product = _pair_products(
-                        builder,
-                        values,
-                        _broadcast_word(builder, _offset(builder, x, start)),
-                        False,
+                    sums[(k, half)].add(
+                        values, _broadcast_word(builder, add_offset(builder, x, start))
                     )
-                    key = (k, half)
-                    # 6-bit codes: two steps at most in 16 bits.
-                    if key in pending:
-                        lanes = _word_pairs(
-                            builder, builder.add(pending.pop(key), product)
-                        )
-                        sums[key] = (
-                            lanes if key not in sums else builder.add(sums[key], lanes)
-                        )
-                    else:
-                        pending[key] = product
             for k in range(4):
-                group = builder.add(first_group, _i64(4 * h + k))
-                x_scale = self._group_scalar(self.scales, group, _F32, 4)
-                common = builder.fmul(self.scale, _splat(builder, x_scale, _LANES))
-                pair = self._group_scalar(self.sums, group, ir.VectorType(_I32, 2), 8)
+                group = builder.add(first_group, i64(4 * h + k))
+                x_scale = self._group_scalar(self.scales, group, F32, 4)
+                common = builder.fmul(self.scale, splat(builder, x_scale, _LANES))
+                pair = self._group_scalar(self.sums, group, ir.VectorType(I32, 2), 8)
                 for half in range(2):
-                    code_sum = builder.extract_element(pair, _I32(half))
-                    offset = builder.mul(code_sum, _I32(32))
+                    code_sum = builder.extract_element(pair, I32(half))
+                    offset = builder.mul(code_sum, I32(32))
                     lanes = builder.sub(
-                        sums[(k, half)], _splat(builder, offset, _LANES)
+                        sums[(k, half)].lanes(), splat(builder, offset, _LANES)
                     )
                     factor = builder.fmul(
                         common, self._row_scales(8 * h + 2 * k + half)
@@ -802,56 +822,32 @@ class _K6TileTerms(_TileTerms):
 
 def _six_bit_rows(builder, address):
     """Eight rows' 6-bit values (`_rows_packed`) at `address` as i32."""
-    word = builder.load(builder.inttoptr(address, _I32.as_pointer()), align=1)
+    word = builder.load(builder.inttoptr(address, I32.as_pointer()), align=1)
     tops = builder.load(
-        builder.inttoptr(_offset(builder, address, 4), _I16.as_pointer()), align=1
+        builder.inttoptr(add_offset(builder, address, 4), I16.as_pointer()), align=1
     )
-    lanes = ir.VectorType(_I32, _LANES)
+    lanes = ir.VectorType(I32, _LANES)
     nibbles = builder.lshr(
-        _splat(builder, word, _LANES), ir.Constant(lanes, [4 * r for r in range(8)])
+        splat(builder, word, _LANES), ir.Constant(lanes, [4 * r for r in range(8)])
     )
     high = builder.lshr(
-        _splat(builder, builder.zext(tops, _I32), _LANES),
+        splat(builder, builder.zext(tops, I32), _LANES),
         ir.Constant(lanes, [2 * r for r in range(8)]),
     )
     return builder.or_(
-        builder.and_(nibbles, _constant_splat(_I32, _LANES, 15)),
+        builder.and_(nibbles, constant_splat(I32, _LANES, 15)),
         builder.shl(
-            builder.and_(high, _constant_splat(_I32, _LANES, 3)),
-            _constant_splat(_I32, _LANES, 4),
+            builder.and_(high, constant_splat(I32, _LANES, 3)),
+            constant_splat(I32, _LANES, 4),
         ),
     )
 
 
-_FLOATS = ir.VectorType(_F32, _LANES)
-
-
-def _i64(value):
-    return ir.Constant(ir.IntType(64), value)
-
-
-def _counted_loop(builder, count, name):
-    """Opens a loop of `count` (> 0) iterations: returns the index phi, the
-    loop's first block and the block the loop branches to at the end."""
-    before = builder.block
-    body = builder.append_basic_block(name)
-    after = builder.append_basic_block(f"{name}_done")
-    builder.branch(body)
-    builder.position_at_end(body)
-    index = builder.phi(ir.IntType(64))
-    index.add_incoming(_i64(0), before)
-    return index, body, after
-
-
-def _close_loop(builder, index, count, body, after):
-    following = builder.add(index, _i64(1))
-    index.add_incoming(following, builder.block)
-    builder.cbranch(builder.icmp_signed("<", following, count), body, after)
-    builder.position_at_end(after)
+_FLOATS = ir.VectorType(F32, _LANES)
 
 
 def _fmuladd(builder):
-    return _declare(builder, f"llvm.fmuladd.v{_LANES}f32", _FLOATS, [_FLOATS] * 3)
+    return declare(builder, f"llvm.fmuladd.v{_LANES}f32", _FLOATS, [_FLOATS] * 3)
 
 
 def _one_token(builder, terms, blocks, acc):
@@ -861,19 +857,19 @@ def _one_token(builder, terms, blocks, acc):
     fmuladd = _fmuladd(builder)
     zero = ir.Constant(_FLOATS, [0.0] * _LANES)
     before = builder.block
-    index, body, after = _counted_loop(builder, blocks, "tile_one")
+    index, body, after = counted_loop(builder, "tile_one")
     running = [builder.phi(_FLOATS) for _ in range(2)]
     for phi in running:
         phi.add_incoming(zero, before)
     terms.block(index)
     updated = list(running)
-    for number, (values, factors) in enumerate(terms.terms(_i64(0))):
+    for number, (values, factors) in enumerate(terms.terms(i64(0))):
         which = number % 2
         updated[which] = builder.call(fmuladd, [values, factors, updated[which]])
     end = builder.block
     for phi, value in zip(running, updated, strict=True):
         phi.add_incoming(value, end)
-    _close_loop(builder, index, blocks, body, after)
+    close_loop(builder, index, blocks, body, after)
     total = updated[0]
     for value in updated[1:]:
         total = builder.fadd(total, value)
@@ -885,18 +881,18 @@ def _several_tokens(builder, terms, blocks, tokens, acc):
     """The loop for several tokens: each block is unpacked once, then every
     token's terms are added to its running sums in `acc`."""
     fmuladd = _fmuladd(builder)
-    index, body, after = _counted_loop(builder, blocks, "tile_blocks")
+    index, body, after = counted_loop(builder, "tile_blocks")
     terms.block(index)
-    token, token_body, token_after = _counted_loop(builder, tokens, "tile_tokens")
+    token, token_body, token_after = counted_loop(builder, "tile_tokens")
     pointer = builder.inttoptr(
-        builder.add(acc, builder.mul(token, _i64(4 * _LANES))), _FLOATS.as_pointer()
+        builder.add(acc, builder.mul(token, i64(4 * _LANES))), _FLOATS.as_pointer()
     )
     running = builder.load(pointer, align=4)
     for values, factors in terms.terms(token):
         running = builder.call(fmuladd, [values, factors, running])
     builder.store(running, pointer, align=4)
-    _close_loop(builder, token, tokens, token_body, token_after)
-    _close_loop(builder, index, blocks, body, after)
+    close_loop(builder, token, tokens, token_body, token_after)
+    close_loop(builder, index, blocks, body, after)
 
 
 def _tile_dot(quant_type):
@@ -912,7 +908,7 @@ def _tile_dot(quant_type):
         (`scales`, `sums`, `block_sums`: `quantize_activations`' scratch,
         ``cols / 32`` groups per token)."""
         arguments = (tile, blocks, tokens, x, cols, scales, sums, block_sums, acc)
-        if not _integers(*arguments):
+        if not integers(*arguments):
             return None
 
         def codegen(context, builder, signature, args):
@@ -927,13 +923,13 @@ def _tile_dot(quant_type):
             several = builder.append_basic_block("tile_several_tokens")
             done = builder.append_basic_block("tile_done")
             check = builder.append_basic_block("tile_check_tokens")
-            builder.cbranch(builder.icmp_signed(">", blocks, _i64(0)), check, done)
+            builder.cbranch(builder.icmp_signed(">", blocks, i64(0)), check, done)
             builder.position_at_end(check)
-            choice = builder.icmp_signed("==", tokens, _i64(1))
+            choice = builder.icmp_signed("==", tokens, i64(1))
             many = builder.append_basic_block("tile_any_tokens")
             builder.cbranch(choice, one, many)
             builder.position_at_end(many)
-            builder.cbranch(builder.icmp_signed(">", tokens, _i64(1)), several, done)
+            builder.cbranch(builder.icmp_signed(">", tokens, i64(1)), several, done)
             builder.position_at_end(one)
             _one_token(builder, terms, blocks, acc)
             builder.branch(done)
@@ -941,7 +937,7 @@ def _tile_dot(quant_type):
             _several_tokens(builder, terms, blocks, tokens, acc)
             builder.branch(done)
             builder.position_at_end(done)
-            return _i64(0)
+            return i64(0)
 
         return types.int64(*arguments), codegen
 

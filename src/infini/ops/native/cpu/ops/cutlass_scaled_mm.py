@@ -30,6 +30,7 @@ from infini.ops.native.cpu.dtype_io import loader, storer
 from infini.ops.native.cpu.jit import compiled_with, helper, kernel
 from infini.ops.native.cpu.memory import STORAGE, element_array
 from infini.ops.native.cpu.numeric import fma_float32
+from infini.ops.native.cpu.vector_ir import carried_loop
 
 # Bytes of `k` one `vpdpbusd` consumes per row.
 CHUNK = 64
@@ -89,47 +90,29 @@ def _vnni_tile(rows: int, columns: int):
 
             a_rows = row_pointers(a_base, a_step, rows)
             b_rows = row_pointers(b_base, b_step, columns)
-            entry = builder.basic_block
-            loop = builder.append_basic_block("tile.loop")
-            done = builder.append_basic_block("tile.done")
-            builder.cbranch(builder.icmp_signed(">", count, index(0)), loop, done)
 
-            builder.position_at_end(loop)
-            chunk = builder.phi(index)
-            chunk.add_incoming(index(0), entry)
-            sums = [builder.phi(words16) for _ in range(rows * columns)]
-            for phi in sums:
-                phi.add_incoming(zero, entry)
-            offset = builder.mul(chunk, index(CHUNK))
+            def run(chunk, sums):
+                offset = builder.mul(chunk, index(CHUNK))
 
-            def load(pointer):
-                address = builder.gep(pointer, [offset])
-                return builder.load(
-                    builder.bitcast(address, bytes64.as_pointer()), align=1
-                )
+                def load(pointer):
+                    address = builder.gep(pointer, [offset])
+                    return builder.load(
+                        builder.bitcast(address, bytes64.as_pointer()), align=1
+                    )
 
-            a_values = [builder.bitcast(load(p), words16) for p in a_rows]
-            b_values = [
-                builder.bitcast(builder.xor(load(p), sign), words16) for p in b_rows
-            ]
-            updated = [
-                builder.call(dot, [sums[r * columns + c], b_values[c], a_values[r]])
-                for r in range(rows)
-                for c in range(columns)
-            ]
-            following = builder.add(chunk, index(1))
-            chunk.add_incoming(following, loop)
-            for phi, value in zip(sums, updated):
-                phi.add_incoming(value, loop)
-            builder.cbranch(builder.icmp_signed("<", following, count), loop, done)
+                a_values = [builder.bitcast(load(p), words16) for p in a_rows]
+                b_values = [
+                    builder.bitcast(builder.xor(load(p), sign), words16) for p in b_rows
+                ]
+                return [
+                    builder.call(dot, [sums[r * columns + c], b_values[c], a_values[r]])
+                    for r in range(rows)
+                    for c in range(columns)
+                ]
 
-            builder.position_at_end(done)
-            finals = []
-            for value in updated:
-                final = builder.phi(words16)
-                final.add_incoming(zero, entry)
-                final.add_incoming(value, loop)
-                finals.append(final)
+            finals = carried_loop(
+                builder, count, "tile", [zero] * (rows * columns), run
+            )
             out = builder.inttoptr(out_base, word.as_pointer())
             for position, final in enumerate(finals):
                 total = builder.call(reduce, [final])
