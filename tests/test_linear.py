@@ -132,30 +132,33 @@ def test_linear_sixteen_bit_prefill_rows_at_slot_0(monkeypatch, dtype, native, l
 @pytest.mark.parametrize(
     "layout", ["contiguous", "strided", "out_is_input", "out_in_weight"]
 )
-def test_linear_decode_rows(dtype, rtol, atol, tokens, layout, device):
+@pytest.mark.parametrize("depth", [70, 200])
+def test_linear_decode_rows(dtype, rtol, atol, tokens, layout, depth, device):
     """A decode step's few rows (the weight-rows kernel on the CPU, run on
     the caller's memory): rows with a padded stride, an output that is a
     column slice of a wider buffer, an output in the input's own memory,
-    and one in the weight's (staged: the weight is read while written)."""
+    and one in the weight's (staged: the weight is read while written).
+    Both depths leave values past the last whole vector step (the bfloat16
+    kernel's 32), 200 after whole unrolled runs as well."""
     generator = torch.Generator().manual_seed(tokens)
 
     def randn(*shape):
         return torch.randn(*shape, generator=generator).to(dtype).to(device)
 
-    weight = randn(40, 70)
+    weight = randn(40, depth)
     if layout == "strided":
-        input = randn(tokens, 90)[:, 3:73]
+        input = randn(tokens, depth + 20)[:, 3 : depth + 3]
         out = torch.empty(tokens, 100, dtype=dtype, device=device)[:, 50:90]
     elif layout == "out_is_input":
-        input = randn(tokens, 70)
+        input = randn(tokens, depth)
         out = input[:, 10:50]
     elif layout == "out_in_weight":
-        input = randn(tokens, 70)
-        storage = randn(40 * 70 + tokens * 40)
-        weight = storage[: 40 * 70].view(40, 70)
-        out = storage[40 * 70 - 20 : 40 * 70 - 20 + tokens * 40].view(tokens, 40)
+        input = randn(tokens, depth)
+        storage = randn(40 * depth + tokens * 40)
+        weight = storage[: 40 * depth].view(40, depth)
+        out = storage[40 * depth - 20 : 40 * depth - 20 + tokens * 40].view(tokens, 40)
     else:
-        input = randn(tokens, 70)
+        input = randn(tokens, depth)
         out = torch.empty(tokens, 40, dtype=dtype, device=device)
     expected = (input.double() @ weight.double().T).to(dtype)
     infini.ops.linear(input, weight, None, out)
