@@ -23,6 +23,7 @@ from infini.ops.base.scaled_dot_product_attention import ScaledDotProductAttenti
 from infini.ops.core.geometry import span
 from infini.ops.core.registry import implementation
 from infini.ops.native.cpu.attention import (
+    NO_ROUNDED,
     NO_SLOPES,
     overlaps,
     probability_kernel,
@@ -287,6 +288,8 @@ class CpuScaledDotProductAttention(ScaledDotProductAttention):
                 self.is_causal,
                 self.masked,
                 self.dropout,
+                False,
+                NO_ROUNDED,
                 False,
             )
             values = torch.matmul(scores, v[..., :end, :])
