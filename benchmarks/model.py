@@ -29,11 +29,13 @@ that interpreter, which has `llama-cpp-python`).
 
     python benchmarks/model.py [--model gemma3] [--threads 1] [--steps 16]
         [--hf-steps 8] [--dtypes float32,bfloat16,q4] [--no-transformers]
-        [--llama-python PATH] [--write]
+        [--llama-python PATH] [--write | --append LABEL]
 
 `--write` replaces this model's section of `benchmarks/results/model.md`
 (each model has its own, under a first-level heading; the others are kept)
-and its plot (`model.png` for SmolLM2, `model-gemma3.png`).
+and its plot (`model.png` for SmolLM2, `model-gemma3.png`). `--append
+LABEL` keeps the section and adds this run at its end, under a
+second-level heading "LABEL", and redraws the plot from this run.
 """
 
 from __future__ import annotations
@@ -72,7 +74,9 @@ def parse_arguments():
     parser.add_argument("--prompts", default=",".join(map(str, PROMPTS)))
     parser.add_argument("--no-transformers", action="store_true")
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--write", action="store_true")
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument("--write", action="store_true")
+    output.add_argument("--append", metavar="LABEL")
     return parser.parse_args()
 
 
@@ -433,6 +437,12 @@ def read_bandwidth() -> float:
 def main() -> None:
     arguments = ARGUMENTS
     title, plot_name = MODELS[arguments.model]
+    if arguments.write or arguments.append:
+        import importlib.util
+
+        # The plot is drawn after the whole run: fail before it instead.
+        if importlib.util.find_spec("matplotlib") is None:
+            sys.exit("--write and --append draw a plot: pip install matplotlib")
     if arguments.model == "gemma3":
         path = gemma3_path()
         install = " ".join(
@@ -528,18 +538,35 @@ def main() -> None:
     text = report(title, rows, bandwidth, weight_gb_by_dtype, steps, llama_cpp)
     text += "\n".join(breakdown_lines(breakdowns, weight_gb_by_dtype))
     print(text)
-    if arguments.write:
+    if arguments.write or arguments.append:
         RESULTS.mkdir(exist_ok=True)
         results = RESULTS / "model.md"
         previous = results.read_text() if results.is_file() else ""
-        results.write_text(replace_section(previous, title, text))
+        if arguments.write:
+            results.write_text(replace_section(previous, title, text))
+        else:
+            results.write_text(
+                append_to_section(previous, title, arguments.append, text)
+            )
         plot(title, rows, RESULTS / plot_name)
         print(f"wrote {title}'s section of {results} and {plot_name}")
 
 
-def replace_section(document: str, title: str, section: str) -> str:
-    """`document` with the first-level section whose heading starts with
-    `title` replaced by `section` (appended when there is none)."""
+def append_to_section(document: str, title: str, label: str, text: str) -> str:
+    """`document` with the run `text` (a `report`, whose first line is the
+    model's heading) added at the end of the first-level section `title`,
+    under the second-level heading `label`."""
+    body = text.split("\n", 1)[1].strip("\n")
+    sections = split_sections(document)
+    for index, existing in enumerate(sections):
+        if existing.startswith(f"# {title} "):
+            sections[index] = existing.rstrip("\n") + f"\n\n## {label}\n\n{body}\n"
+            return join_sections(sections)
+    raise SystemExit(f"{title} has no section to append to: run --write first")
+
+
+def split_sections(document: str) -> list[str]:
+    """The first-level sections of a Markdown document, in order."""
     sections, current = [], []
     for line in document.splitlines(keepends=True):
         if line.startswith("# ") and current:
@@ -548,6 +575,17 @@ def replace_section(document: str, title: str, section: str) -> str:
         current.append(line)
     if current:
         sections.append("".join(current))
+    return sections
+
+
+def join_sections(sections: list[str]) -> str:
+    return "\n".join(part.rstrip("\n") + "\n" for part in sections)
+
+
+def replace_section(document: str, title: str, section: str) -> str:
+    """`document` with the first-level section whose heading starts with
+    `title` replaced by `section` (appended when there is none)."""
+    sections = split_sections(document)
     section = section.rstrip("\n") + "\n"
     for index, existing in enumerate(sections):
         if existing.startswith(f"# {title} "):
@@ -555,7 +593,7 @@ def replace_section(document: str, title: str, section: str) -> str:
             break
     else:
         sections.append(section)
-    return "\n".join(part.rstrip("\n") + "\n" for part in sections)
+    return join_sections(sections)
 
 
 def measure_llama_cpp(arguments, path, prompts, steps) -> dict:

@@ -17,10 +17,10 @@ On a CPU with AVX-512 BF16, a bfloat16 weight times bfloat16 rows runs on
 `vdpbf16ps` instead (`bfloat16_dot_instructions`): each instruction
 multiplies 32 values of each operand as they are and adds the products in
 pairs to 16 float32 sums, where widening takes three instructions per
-eight weights. One row of the SmolLM2 output head: 21.5 GB/s against 8.7
-widening (one thread).
-The products of bfloat16 values are exact in float32; the instruction
-rounds its sums to nearest even and treats denormal inputs as zero.
+eight weights (one row times the SmolLM2 output head: 21.5 GB/s against
+8.7 widening, one thread). The products of bfloat16 values are exact in
+float32; the instruction rounds its sums to nearest even and reads
+denormal inputs as zero.
 """
 
 from __future__ import annotations
@@ -207,7 +207,7 @@ def _dot_steps(builder, weight, rows, sums, count, first, unroll):
 def _bfloat16_dots(tokens: int):
     """An intrinsic ``dots(weight, x, row_bytes, steps, out)``: for each of
     `tokens` bfloat16 rows (from address `x`, `row_bytes` apart), the
-    float32 sum of its first ``16 * steps`` values times the bfloat16
+    float32 sum of its first ``_STEP * steps`` values times the bfloat16
     values at `weight`, written to ``out[t]`` (float32 at address `out`).
     The weight's values are loaded once for all the rows."""
     unroll = 4 if tokens == 1 else 2
