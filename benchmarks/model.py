@@ -755,7 +755,7 @@ def plot(title, rows, path: Path) -> None:
         axes.bar(positions + (offset - 1.5) * width, values, width, label=name)
     axes.set_xticks(positions, labels, fontsize=8)
     axes.set_ylabel("decode tokens/s (all sequences)")
-    axes.set_title(f"{title} decode")
+    axes.set_title(f"{title} decode, {torch.get_num_threads()} threads")
     axes.legend()
     figure.tight_layout()
     figure.savefig(path, dpi=110)
