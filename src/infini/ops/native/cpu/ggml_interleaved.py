@@ -66,9 +66,8 @@ from .vector_ir import (
     I16,
     I32,
     add_offset,
-    close_loop,
+    carried_loop,
     constant_splat,
-    counted_loop,
     declare,
     i64,
     integers,
@@ -856,23 +855,17 @@ def _one_token(builder, terms, blocks, acc):
     the end."""
     fmuladd = _fmuladd(builder)
     zero = ir.Constant(_FLOATS, [0.0] * _LANES)
-    before = builder.block
-    index, body, after = counted_loop(builder, "tile_one")
-    running = [builder.phi(_FLOATS) for _ in range(2)]
-    for phi in running:
-        phi.add_incoming(zero, before)
-    terms.block(index)
-    updated = list(running)
-    for number, (values, factors) in enumerate(terms.terms(i64(0))):
-        which = number % 2
-        updated[which] = builder.call(fmuladd, [values, factors, updated[which]])
-    end = builder.block
-    for phi, value in zip(running, updated, strict=True):
-        phi.add_incoming(value, end)
-    close_loop(builder, index, blocks, body, after)
-    total = updated[0]
-    for value in updated[1:]:
-        total = builder.fadd(total, value)
+
+    def block(index, running):
+        terms.block(index)
+        running = list(running)
+        for number, (values, factors) in enumerate(terms.terms(i64(0))):
+            which = number % 2
+            running[which] = builder.call(fmuladd, [values, factors, running[which]])
+        return running
+
+    running = carried_loop(builder, blocks, "tile_one", [zero, zero], block)
+    total = builder.fadd(running[0], running[1])
     pointer = builder.inttoptr(acc, _FLOATS.as_pointer())
     builder.store(builder.fadd(builder.load(pointer, align=4), total), pointer, align=4)
 
@@ -881,18 +874,24 @@ def _several_tokens(builder, terms, blocks, tokens, acc):
     """The loop for several tokens: each block is unpacked once, then every
     token's terms are added to its running sums in `acc`."""
     fmuladd = _fmuladd(builder)
-    index, body, after = counted_loop(builder, "tile_blocks")
-    terms.block(index)
-    token, token_body, token_after = counted_loop(builder, "tile_tokens")
-    pointer = builder.inttoptr(
-        builder.add(acc, builder.mul(token, i64(4 * _LANES))), _FLOATS.as_pointer()
-    )
-    running = builder.load(pointer, align=4)
-    for values, factors in terms.terms(token):
-        running = builder.call(fmuladd, [values, factors, running])
-    builder.store(running, pointer, align=4)
-    close_loop(builder, token, tokens, token_body, token_after)
-    close_loop(builder, index, blocks, body, after)
+
+    def token_terms(token, _):
+        pointer = builder.inttoptr(
+            builder.add(acc, builder.mul(token, i64(4 * _LANES))),
+            _FLOATS.as_pointer(),
+        )
+        running = builder.load(pointer, align=4)
+        for values, factors in terms.terms(token):
+            running = builder.call(fmuladd, [values, factors, running])
+        builder.store(running, pointer, align=4)
+        return []
+
+    def block(index, _):
+        terms.block(index)
+        carried_loop(builder, tokens, "tile_tokens", [], token_terms)
+        return []
+
+    carried_loop(builder, blocks, "tile_blocks", [], block)
 
 
 def _tile_dot(quant_type):

@@ -1,6 +1,6 @@
 """LLVM vector IR building blocks for the kernels written as Numba
 intrinsics (`ggml`, `ggml_interleaved`, `weight_rows`): typed loads at
-integer addresses, splats, intrinsic declarations and counted loops.
+integer addresses, splats, intrinsic declarations and loops.
 
 The kernels build vector IR where Numba's loops cannot say what they need:
 x86 instructions LLVM does not select from plain IR (`pmaddubsw`,
@@ -70,29 +70,6 @@ def integers(*arg_types) -> bool:
     """Whether every Numba argument type is an integer (the intrinsics take
     addresses and counts as integers)."""
     return all(isinstance(t, types.Integer) for t in arg_types)
-
-
-def counted_loop(builder, name):
-    """Opens a loop (of at least one iteration): returns the index phi
-    (from 0), the loop's first block and the block it leaves to (closed by
-    `close_loop`)."""
-    before = builder.block
-    body = builder.append_basic_block(name)
-    after = builder.append_basic_block(f"{name}_done")
-    builder.branch(body)
-    builder.position_at_end(body)
-    index = builder.phi(I64)
-    index.add_incoming(i64(0), before)
-    return index, body, after
-
-
-def close_loop(builder, index, count, body, after):
-    """Ends the loop `counted_loop` opened: runs `body` again while ``index
-    + 1 < count``, then goes on at `after`."""
-    following = builder.add(index, i64(1))
-    index.add_incoming(following, builder.block)
-    builder.cbranch(builder.icmp_signed("<", following, count), body, after)
-    builder.position_at_end(after)
 
 
 def float_total(builder, vector):
