@@ -157,3 +157,45 @@ def test_ggml_mul_mat_interleaved_a8_empty(device, implementation_index):
 def test_ggml_mul_mat_interleaved_a8_errors(arguments, message):
     with pytest.raises(ValueError, match=message):
         infini.ops.ggml_mul_mat_interleaved_a8(*arguments())
+
+
+def _amx_available() -> bool:
+    from infini.ops.native.cpu.ggml_amx import amx_instructions
+
+    return amx_instructions()
+
+
+@pytest.mark.skipif(
+    not _amx_available(), reason="the CPU (or the kernel) offers no AMX-INT8 tiles"
+)
+@pytest.mark.parametrize("quant_type", (2, 3, 6, 7, 8))
+@pytest.mark.parametrize("tokens", (2, 5, 15))
+@pytest.mark.parametrize(
+    "rows, row, cols, dtype",
+    [
+        # Five tiles: two pairs on AMX, the last on the vector kernel.
+        (40, 40, 96, torch.float32),
+        # The parallel kernel, `row` inside the last pair.
+        (1024, 1019, 320, torch.float32),
+        (48, 48, 64, torch.bfloat16),
+    ],
+)
+def test_ggml_mul_mat_interleaved_a8_amx_matches_the_vector_kernel(
+    quant_type, tokens, rows, row, cols, dtype, monkeypatch
+):
+    # The AMX path (`infini.ops.native.cpu.ggml_amx`) forms the same integer
+    # sums and applies the scales in the same order as the vector kernel:
+    # the results are bit-identical, and right against the reference.
+    weight = blocks(quant_type, rows, cols, seed=tokens + quant_type)
+    interleaved = _interleaved(weight, quant_type)
+    x = torch.randn(tokens, cols).to(dtype)
+    results = []
+    for enabled in ("0", "1"):
+        monkeypatch.setenv("INFINI_OPS_CPU_AMX", enabled)
+        infini.ops.GgmlMulMatInterleavedA8.clear_cache()
+        out = torch.full((tokens, row), float("nan"), dtype=dtype)
+        infini.ops.ggml_mul_mat_interleaved_a8(interleaved, x, quant_type, row, out)
+        results.append(out)
+    infini.ops.GgmlMulMatInterleavedA8.clear_cache()
+    assert torch.equal(results[0], results[1])
+    check_product(results[1], x, dequantized(weight[:row], quant_type))

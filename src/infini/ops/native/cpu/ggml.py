@@ -1784,7 +1784,8 @@ def product_plan(quant_type: int, weight, x, out, rows: int):
 def precompile_product(operator: str, types=None) -> int:
     """Runs `infini.ops.<operator>` on small and large (parallel) weights of
     each of `types` (default: every supported type) for each activation
-    dtype, with few tokens (the integer kernels) and `TILED_MIN_TOKENS`
+    dtype, with one token and a few (the integer kernels: where AMX tiles
+    apply, a few tokens take their own, `ggml_amx`) and `TILED_MIN_TOKENS`
     (the tiled path). The weights are zeros, which every layout reads
     alike (row counts are whole tiles of eight)."""
     import torch
@@ -1797,6 +1798,8 @@ def precompile_product(operator: str, types=None) -> int:
     for quant_type in types or SUPPORTED_TYPES:
         entry = GGML_TYPES[quant_type]
         for rows, cols, tokens in (
+            (8, 256, 1),
+            (1024, 512, 1),
             (8, 256, 2),
             (1024, 512, 2),
             (8, 256, TILED_MIN_TOKENS),

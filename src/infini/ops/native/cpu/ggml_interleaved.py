@@ -483,7 +483,7 @@ def _broadcast_word(builder, address):
     return builder.bitcast(splat(builder, word, 8), ir.VectorType(I8, 32))
 
 
-def _halves(builder, address):
+def load_halves(builder, address):
     """Eight halves at `address` as float32."""
     vector = builder.load(
         builder.inttoptr(address, ir.VectorType(ir.HalfType(), _LANES).as_pointer()),
@@ -492,33 +492,47 @@ def _halves(builder, address):
     return builder.fpext(vector, ir.VectorType(F32, _LANES))
 
 
-def _tile_codes(builder, layout, block):
+def tile_codes(builder, layout, *blocks):
     """The unpacked codes of a tile block: per step, the codes that meet
     the activations at ``4 step`` and, for 4-bit formats, at ``16 + 4
-    step`` (32 i8 each, four per row)."""
+    step`` (32 i8 each, four per row). Given the blocks of two tiles, each
+    vector holds the first's 32 codes then the second's (64 i8)."""
+    width = 32 * len(blocks)
+
+    def load(offset):
+        parts = [
+            load_vector(builder, add_offset(builder, block, offset), I8, 32)
+            for block in blocks
+        ]
+        if len(parts) == 1:
+            return parts[0]
+        return builder.shuffle_vector(
+            parts[0],
+            parts[1],
+            ir.Constant(ir.VectorType(I32, width), list(range(width))),
+        )
+
     codes = []
     if layout.high_bits is not None:
-        high = load_vector(
-            builder, add_offset(builder, block, layout.tile_high_bits), I8, 32
-        )
+        high = load(layout.tile_high_bits)
     for step in range(layout.steps if layout.signed else 4):
-        packed = load_vector(
-            builder, add_offset(builder, block, layout.tile_codes + 32 * step), I8, 32
-        )
+        packed = load(layout.tile_codes + 32 * step)
         if layout.signed:
             codes.append((packed,))
             continue
-        low = builder.and_(packed, constant_splat(I8, 32, 15))
-        top = builder.lshr(packed, constant_splat(I8, 32, 4))
+        low = builder.and_(packed, constant_splat(I8, width, 15))
+        top = builder.lshr(packed, constant_splat(I8, width, 4))
         if layout.high_bits is not None:
-            bit = constant_splat(I8, 32, 16)
+            bit = constant_splat(I8, width, 16)
             low = builder.or_(
                 low,
-                builder.and_(builder.shl(high, constant_splat(I8, 32, 4 - step)), bit),
+                builder.and_(
+                    builder.shl(high, constant_splat(I8, width, 4 - step)), bit
+                ),
             )
             top = builder.or_(
                 top,
-                builder.and_(builder.lshr(high, constant_splat(I8, 32, step)), bit),
+                builder.and_(builder.lshr(high, constant_splat(I8, width, step)), bit),
             )
         codes.append((low, top))
     return codes
@@ -604,13 +618,13 @@ class _TileTerms:
         address = builder.add(
             self.tile, builder.mul(index, i64(INTERLEAVED_ROWS * layout.block_bytes))
         )
-        self.scale = _halves(builder, address)
+        self.scale = load_halves(builder, address)
         self.minimum = None
         if layout.minimum is not None:
-            self.minimum = _halves(
+            self.minimum = load_halves(
                 builder, add_offset(builder, address, layout.tile_minimum)
             )
-        self.codes = _tile_codes(builder, layout, address)
+        self.codes = tile_codes(builder, layout, address)
 
     def _super_block(self, token):
         """The first activation group and the codes of `token` that meet
@@ -680,8 +694,8 @@ class _K4TileTerms(_TileTerms):
             self.tile,
             builder.mul(index, i64(INTERLEAVED_ROWS * K4TileLayout.block_bytes)),
         )
-        d = _halves(builder, self.address)
-        dmin = _halves(
+        d = load_halves(builder, self.address)
+        dmin = load_halves(
             builder, add_offset(builder, self.address, K4TileLayout.tile_minimum)
         )
         self.factors = []
@@ -746,7 +760,7 @@ class _K6TileTerms(_TileTerms):
             self.tile,
             builder.mul(index, i64(INTERLEAVED_ROWS * K6TileLayout.block_bytes)),
         )
-        self.scale = _halves(builder, self.address)
+        self.scale = load_halves(builder, self.address)
 
     def _row_scales(self, t):
         builder = self.builder
@@ -1091,7 +1105,16 @@ def byte_rows(address: int, rows: int, width: int) -> np.ndarray:
 
 def interleaved_plan(quant_type: int, weight, x, out, rows: int):
     """`InterleavedTiledPlan` from `TILED_MIN_TOKENS` tokens, else
+    `ggml_amx.AmxProductPlan` where AMX tiles apply, else
     `InterleavedProductPlan` (the same product)."""
-    tiled = x.shape[0] >= TILED_MIN_TOKENS
-    kind = InterleavedTiledPlan if tiled else InterleavedProductPlan
+    # Imported here: `ggml_amx` builds on this module.
+    from .ggml_amx import AmxProductPlan, amx_applies
+
+    tokens = x.shape[0]
+    if tokens >= TILED_MIN_TOKENS:
+        kind = InterleavedTiledPlan
+    elif amx_applies(quant_type, tokens):
+        kind = AmxProductPlan
+    else:
+        kind = InterleavedProductPlan
     return kind(quant_type, weight, x, out, rows)
