@@ -33,7 +33,7 @@ from functools import cache
 import numpy as np
 from llvmlite import ir
 from numba import prange, types
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
 from infini.ops.base._ggml import (
     ACTIVATION_BLOCK,
@@ -1220,20 +1220,136 @@ def _row_dot(quant_type):
 DOT_ROW = {quant_type: _row_dot(quant_type) for quant_type in _ROW_LAYOUTS}
 
 
-@helper
-def quantize_codes(x, first, load, d, codes, at):
-    """16 activation codes ``round(x / d)`` (halves away from zero; 0 where
-    ``d`` is 0) into `codes` from `at`; returns their sum."""
-    total = np.int32(0)
-    for j in range(16):
-        value = load(x, first + j) / d if d > 0 else np.float32(0)
-        whole = np.float32(np.trunc(value))
-        if abs(value - whole) >= np.float32(0.5):
-            whole += np.float32(1) if value > 0 else np.float32(-1)
-        code = np.int32(whole)
-        codes[at + j] = np.int8(code)
-        total += code
-    return total
+def _group_quantizer(source):
+    @intrinsic
+    def quantize_group(typingctx, x, codes, scale, sums, block_sum):
+        """Quantises the 32 activations at address `x` (dtype `source`):
+        ``d = absmax / 127`` at `scale` (NaN where a value is not finite),
+        the codes ``round(x / d)`` (float32 division, halves away from
+        zero; 0 where ``d`` is not above 0) as int8 at `codes`, the sums of
+        each 16 codes (int32) at `sums` and ``d * sum(codes)`` at
+        `block_sum`."""
+        if not integers(x, codes, scale, sums, block_sum):
+            return None
+
+        def codegen(context, builder, signature, args):
+            x, codes, scale, sums, block_sum = args
+            count = 32
+            floats = vector_type(F32, count)
+            values = _load_floats(builder, x, source)
+            magnitudes = _vector_intrinsic(builder, "llvm.fabs", values)
+            reduce_max = declare(
+                builder, "llvm.vector.reduce.fmax.v32f32", F32, [floats]
+            )
+            largest = builder.call(reduce_max, [magnitudes])
+            # NaN or infinite (unordered or above the largest float).
+            wrong = builder.fcmp_unordered(
+                ">", magnitudes, ir.Constant(floats, [3.4028235e38] * count)
+            )
+            any_wrong = builder.call(
+                declare(
+                    builder,
+                    "llvm.vector.reduce.or.v32i1",
+                    ir.IntType(1),
+                    [wrong.type],
+                ),
+                [wrong],
+            )
+            d = builder.select(
+                any_wrong,
+                ir.Constant(F32, float("nan")),
+                builder.fdiv(largest, ir.Constant(F32, 127.0)),
+            )
+            positive = builder.fcmp_ordered(">", d, ir.Constant(F32, 0.0))
+            zeros = ir.Constant(floats, [0.0] * count)
+            ratio = builder.select(
+                positive, builder.fdiv(values, splat(builder, d, count)), zeros
+            )
+            whole = _vector_intrinsic(builder, "llvm.trunc", ratio)
+            remainder = _vector_intrinsic(
+                builder, "llvm.fabs", builder.fsub(ratio, whole)
+            )
+            away = builder.fcmp_ordered(
+                ">=", remainder, ir.Constant(floats, [0.5] * count)
+            )
+            copysign = declare(
+                builder, "llvm.copysign.v32f32", floats, [floats, floats]
+            )
+            step = builder.call(copysign, [ir.Constant(floats, [1.0] * count), ratio])
+            rounded = builder.select(away, builder.fadd(whole, step), whole)
+            words = builder.fptosi(rounded, vector_type(I32, count))
+            code_bytes = builder.trunc(words, vector_type(I8, count))
+            pointer = builder.inttoptr(codes, code_bytes.type.as_pointer())
+            builder.store(code_bytes, pointer, align=1)
+            reduce_add = declare(
+                builder, "llvm.vector.reduce.add.v16i32", I32, [vector_type(I32, 16)]
+            )
+            halves = [
+                builder.call(
+                    reduce_add,
+                    [
+                        builder.shuffle_vector(
+                            words,
+                            words,
+                            ir.Constant(
+                                vector_type(I32, 16), list(range(start, start + 16))
+                            ),
+                        )
+                    ],
+                )
+                for start in (0, 16)
+            ]
+            for offset, total in zip((0, 4), halves, strict=True):
+                at = builder.inttoptr(
+                    add_offset(builder, sums, offset), I32.as_pointer()
+                )
+                builder.store(total, at, align=4)
+            builder.store(d, builder.inttoptr(scale, F32.as_pointer()), align=4)
+            product = builder.fmul(
+                d, builder.sitofp(builder.add(halves[0], halves[1]), F32)
+            )
+            builder.store(
+                product, builder.inttoptr(block_sum, F32.as_pointer()), align=4
+            )
+            return context.get_dummy_value()
+
+        return types.void(x, codes, scale, sums, block_sum), codegen
+
+    return quantize_group
+
+
+def _named_group_quantizer(source):
+    """A helper calling `_group_quantizer(source)` (named for the cache, as
+    `_named_helper`'s)."""
+    quantize_group = _group_quantizer(source)
+
+    def call(x, codes, scale, sums, block_sum):
+        quantize_group(x, codes, scale, sums, block_sum)
+
+    call.__name__ = call.__qualname__ = f"quantize_group_{source}"
+    return helper(call)
+
+
+# Per loader (`dtype_io.loader`): the group quantizer of its dtype.
+_GROUP_QUANTIZERS = {
+    loader(dtype): _named_group_quantizer(dtype)
+    for dtype in ("float32", "float16", "bfloat16")
+}
+
+
+def quantize_group(load, x, codes, scale, sums, block_sum):
+    """`_group_quantizer` of the dtype `load` reads (kernels only)."""
+    raise NotImplementedError("quantize_group runs inside kernels only")
+
+
+@overload(quantize_group, inline="always")
+def _quantize_group_overload(load, x, codes, scale, sums, block_sum):
+    quantizer = _GROUP_QUANTIZERS[load.dispatcher]
+
+    def implementation(load, x, codes, scale, sums, block_sum):
+        quantizer(x, codes, scale, sums, block_sum)
+
+    return implementation
 
 
 @helper
@@ -1241,25 +1357,22 @@ def quantize_activations(x, start, cols, load, codes, at, scales, block_sums, su
     """Quantises `cols` values of `x` from `start` into int8 `codes` from
     `at`: per block of 32 values the scale ``d = absmax / 127`` into
     `scales`, the codes, ``d * sum(codes)`` into `block_sums` and the sums of
-    each 16 codes into `sums`, from group `k`."""
+    each 16 codes into `sums`, from group `k` (`_group_quantizer`, 32 values
+    a vector at a time)."""
+    x_at = x.ctypes.data + start * x.itemsize
+    codes_at = codes.ctypes.data + at
+    scales_at = scales.ctypes.data + 4 * k
+    block_sums_at = block_sums.ctypes.data + 4 * k
+    sums_at = sums.ctypes.data + 8 * k
     for group in range(cols // ACTIVATION_BLOCK):
-        first = start + ACTIVATION_BLOCK * group
-        largest = np.float32(0)
-        finite = True
-        for j in range(ACTIVATION_BLOCK):
-            magnitude = abs(load(x, first + j))
-            # `max` would drop a NaN; a non-finite activation makes its
-            # block's scale NaN, so the products come out NaN as in float.
-            finite &= magnitude <= np.float32(3.4028235e38)
-            largest = max(largest, magnitude)
-        d = largest / np.float32(127) if finite else np.float32(np.nan)
-        target = at + ACTIVATION_BLOCK * group
-        low = quantize_codes(x, first, load, d, codes, target)
-        high = quantize_codes(x, first + 16, load, d, codes, target + 16)
-        scales[k + group] = d
-        sums[2 * (k + group)] = low
-        sums[2 * (k + group) + 1] = high
-        block_sums[k + group] = d * np.float32(low + high)
+        quantize_group(
+            load,
+            x_at + ACTIVATION_BLOCK * x.itemsize * group,
+            codes_at + ACTIVATION_BLOCK * group,
+            scales_at + 4 * group,
+            sums_at + 8 * group,
+            block_sums_at + 4 * group,
+        )
 
 
 @helper
@@ -1557,7 +1670,7 @@ def _quantizer(source):
         """Quantises the 32 activations at `x` (dtype `source`) as the
         products do and stores ``d * q`` as float32 at `out`: ``d = absmax
         / 127``, ``q = round(x / d)`` with float32 division and halves away
-        from zero, 0 where ``d`` is 0 (see `quantize_codes`)."""
+        from zero, 0 where ``d`` is 0 (as `_group_quantizer`)."""
         if not integers(x, out):
             return None
 

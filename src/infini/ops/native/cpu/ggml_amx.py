@@ -14,6 +14,13 @@ stores the int32 sums. The block's scales then apply as in the vector
 kernel, 16 rows per float vector: the same integer sums and the same
 multiply-adds in the same order, so the results are bit-identical to it.
 
+The tile unit runs far below its width here (a tile multiply takes as
+long with 8 tokens and 32 values as with 16 and 64), and each block's
+sums make a round trip through memory, so the blocks go through a
+pipeline: the codes of block ``j`` are unpacked while block ``j - 2`` is
+multiplied and block ``j - 4`` scaled, each stage reading what the one
+before wrote a whole step earlier.
+
 Linux hands out the tile registers' state only on request
 (``arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)``), once per
 process; `amx_instructions` asks. Each worker configures its tiles
