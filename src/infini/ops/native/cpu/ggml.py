@@ -1398,6 +1398,28 @@ def quantize_tokens(
 
 
 @helper
+def quantize_batch(x, x_stride, tokens, cols, load, codes, scales, block_sums, sums):
+    """`activation_scratch` at those addresses, filled with the quantised
+    rows of `x` (`quantize_tokens`) and returned."""
+    codes, scales, block_sums, sums = activation_scratch(
+        tokens, cols, codes, scales, block_sums, sums
+    )
+    if tokens <= SERIAL_QUANTIZE_TOKENS:
+        # A few tokens quantise in less time than a parallel region takes
+        # to open: the products' region is then the call's only.
+        quantize_tokens(
+            x, x_stride, cols, load, codes, scales, block_sums, sums, 0, tokens
+        )
+    else:
+        for token in prange(tokens):
+            quantize_tokens(
+                x, x_stride, cols, load, codes, scales, block_sums, sums,
+                token, token + 1,
+            )  # fmt: skip
+    return codes, scales, block_sums, sums
+
+
+@helper
 def activation_scratch(tokens, cols, codes, scales, block_sums, sums):
     """The arrays of `quantize_activations`' scratch at those addresses:
     codes (int8, ``tokens * cols``), scales and block sums (float32, one per
@@ -1518,26 +1540,17 @@ def product_kernel(quant_type: int, dtype: str, parallel: bool):
     ):
         x = element_array(x_address, (tokens - 1) * x_stride + cols, storage)
         out = element_array(out_address, (tokens - 1) * out_stride + rows, storage)
-        codes, scales, block_sums, sums = activation_scratch(
+        codes, scales, block_sums, sums = quantize_batch(
+            x,
+            x_stride,
             tokens,
             cols,
+            load,
             codes_address,
             scales_address,
             block_sums_address,
             sums_address,
         )
-        if tokens <= SERIAL_QUANTIZE_TOKENS:
-            # A few tokens quantise in less time than a parallel region
-            # takes to open: the products' region is then the call's only.
-            quantize_tokens(
-                x, x_stride, cols, load, codes, scales, block_sums, sums, 0, tokens
-            )
-        else:
-            for token in prange(tokens):
-                quantize_tokens(
-                    x, x_stride, cols, load, codes, scales, block_sums, sums,
-                    token, token + 1,
-                )  # fmt: skip
         groups = cols // ACTIVATION_BLOCK
         blocks = cols // block_elements
         tiles = (rows + tile_rows - 1) // tile_rows

@@ -52,12 +52,13 @@ from infini.ops.base._ggml import (
 )
 
 from .dtype_io import loader, storer
-from .ggml import SERIAL_QUANTIZE_TOKENS, activation_scratch, quantize_tokens
+from .ggml import quantize_batch
 from .ggml_interleaved import (
     TILE_DOT,
     TILE_LAYOUTS,
     InterleavedProductPlan,
     load_halves,
+    store_sums,
     tile_codes,
 )
 from .jit import compiled_with, kernel
@@ -409,25 +410,18 @@ def amx_product_kernel(quant_type: int, dtype: str, parallel: bool):
     ):
         x = element_array(x_address, (tokens - 1) * x_stride + cols, storage)
         out = element_array(out_address, (tokens - 1) * out_stride + rows, storage)
-        codes, scales, block_sums, sums = activation_scratch(
+        acc = element_array(acc_address, chunks * tokens * pair_rows, np.float32)
+        quantize_batch(
+            x,
+            x_stride,
             tokens,
             cols,
+            load,
             codes_address,
             scales_address,
             block_sums_address,
             sums_address,
         )
-        acc = element_array(acc_address, chunks * tokens * pair_rows, np.float32)
-        if tokens <= SERIAL_QUANTIZE_TOKENS:
-            quantize_tokens(
-                x, x_stride, cols, load, codes, scales, block_sums, sums, 0, tokens
-            )
-        else:
-            for token in prange(tokens):
-                quantize_tokens(
-                    x, x_stride, cols, load, codes, scales, block_sums, sums,
-                    token, token + 1,
-                )  # fmt: skip
         blocks = cols // block_elements
         tile_bytes = tile_rows * blocks * block_bytes
         tiles = (rows + tile_rows - 1) // tile_rows
@@ -452,15 +446,10 @@ def amx_product_kernel(quant_type: int, dtype: str, parallel: bool):
                     sums_at,
                     scratch_address + chunk * scratch_bytes,
                 )
-                first = pair * pair_rows
-                count = min(pair_rows, rows - first)
-                for token in range(tokens):
-                    for j in range(count):
-                        store(
-                            out,
-                            token * out_stride + first + j,
-                            acc[first_sum + token * pair_rows + j],
-                        )
+                store_sums(
+                    store, out, out_stride, pair * pair_rows, rows, tokens, acc,
+                    first_sum, pair_rows,
+                )  # fmt: skip
             tile_release(chunk)
         if tiles % 2:
             # The last tile alone, on the vector kernel.
@@ -477,12 +466,10 @@ def amx_product_kernel(quant_type: int, dtype: str, parallel: bool):
                 block_sums_address,
                 acc_address,
             )
-            first = (tiles - 1) * tile_rows
-            for token in range(tokens):
-                for j in range(min(tile_rows, rows - first)):
-                    store(
-                        out, token * out_stride + first + j, acc[token * tile_rows + j]
-                    )
+            store_sums(
+                store, out, out_stride, (tiles - 1) * tile_rows, rows, tokens, acc,
+                0, tile_rows,
+            )  # fmt: skip
         return 0
 
     return kernel(run, parallel=parallel)

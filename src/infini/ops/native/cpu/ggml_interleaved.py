@@ -47,18 +47,16 @@ from infini.ops.base._ggml import (
 from .dtype_io import loader, storer
 from .ggml import (
     _MADD,
-    SERIAL_QUANTIZE_TOKENS,
     TILED_MIN_TOKENS,
     ProductPlan,
     TiledProductPlan,
-    activation_scratch,
     dot_bytes,
-    quantize_tokens,
+    quantize_batch,
     signs_moved,
     vnni_instructions,
     x86_madd_instructions,
 )
-from .jit import kernel
+from .jit import helper, kernel
 from .memory import STORAGE, element_array
 from .vector_ir import (
     F32,
@@ -960,6 +958,16 @@ def _tile_dot(quant_type):
 TILE_DOT = {quant_type: _tile_dot(quant_type) for quant_type in TILE_LAYOUTS}
 
 
+@helper
+def store_sums(store, out, out_stride, first, rows, tokens, acc, start, width):
+    """Each token's `width` running sums in `acc` (from `start`, `width`
+    per token) into `out` from row `first`, up to row `rows`."""
+    count = min(width, rows - first)
+    for token in range(tokens):
+        for j in range(count):
+            store(out, token * out_stride + first + j, acc[start + token * width + j])
+
+
 @cache
 def interleaved_product_kernel(quant_type: int, dtype: str, parallel: bool):
     """``run(weight, x, x_stride, out, out_stride, tokens, rows, cols, codes,
@@ -995,26 +1003,18 @@ def interleaved_product_kernel(quant_type: int, dtype: str, parallel: bool):
     ):
         x = element_array(x_address, (tokens - 1) * x_stride + cols, storage)
         out = element_array(out_address, (tokens - 1) * out_stride + rows, storage)
-        codes, scales, block_sums, sums = activation_scratch(
+        acc = element_array(acc_address, chunks * tokens * tile_rows, np.float32)
+        quantize_batch(
+            x,
+            x_stride,
             tokens,
             cols,
+            load,
             codes_address,
             scales_address,
             block_sums_address,
             sums_address,
         )
-        acc = element_array(acc_address, chunks * tokens * tile_rows, np.float32)
-        # As `ggml.product_kernel`: a decode batch quantises serially.
-        if tokens <= SERIAL_QUANTIZE_TOKENS:
-            quantize_tokens(
-                x, x_stride, cols, load, codes, scales, block_sums, sums, 0, tokens
-            )
-        else:
-            for token in prange(tokens):
-                quantize_tokens(
-                    x, x_stride, cols, load, codes, scales, block_sums, sums,
-                    token, token + 1,
-                )  # fmt: skip
         blocks = cols // block_elements
         tile_bytes = tile_rows * blocks * block_bytes
         tiles = (rows + tile_rows - 1) // tile_rows
@@ -1036,14 +1036,10 @@ def interleaved_product_kernel(quant_type: int, dtype: str, parallel: bool):
                     sums_at,
                 )
                 first = tile * tile_rows
-                count = min(tile_rows, rows - first)
-                for token in range(tokens):
-                    for j in range(count):
-                        store(
-                            out,
-                            token * out_stride + first + j,
-                            acc[first_sum + token * tile_rows + j],
-                        )
+                store_sums(
+                    store, out, out_stride, first, rows, tokens, acc, first_sum,
+                    tile_rows,
+                )  # fmt: skip
         return 0
 
     return kernel(run, parallel=parallel)
