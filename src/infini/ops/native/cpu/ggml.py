@@ -1238,10 +1238,14 @@ def _group_quantizer(source):
             floats = vector_type(F32, count)
             values = _load_floats(builder, x, source)
             magnitudes = _vector_intrinsic(builder, "llvm.fabs", values)
-            reduce_max = declare(
-                builder, "llvm.vector.reduce.fmax.v32f32", F32, [floats]
+            # The largest magnitude as the largest bit pattern (the order of
+            # non-negative floats): a float maximum that must keep NaNs
+            # compiles to a scalar chain, and NaNs are caught below.
+            bits = vector_type(I32, count)
+            reduce_max = declare(builder, "llvm.vector.reduce.umax.v32i32", I32, [bits])
+            largest = builder.bitcast(
+                builder.call(reduce_max, [builder.bitcast(magnitudes, bits)]), F32
             )
-            largest = builder.call(reduce_max, [magnitudes])
             # NaN or infinite (unordered or above the largest float).
             wrong = builder.fcmp_unordered(
                 ">", magnitudes, ir.Constant(floats, [3.4028235e38] * count)
