@@ -14,7 +14,9 @@ vector, with no horizontal sum at all: about 6 instructions per 32 weights.
 
 The tokens of a product (up to `TILED_MIN_TOKENS`) share each block's
 unpacked codes: the token loop is inside the block loop, and each token's
-eight running sums live in a small float32 scratch. From
+eight running sums live in a small float32 scratch (where the CPU has
+AMX-INT8, products of 2 to 15 tokens run on its tiles instead:
+`ggml_amx`). From
 `TILED_MIN_TOKENS` tokens the product is the tiled BLAS path of
 `infini.ops.native.cpu.ggml`, over panels put back into the file's layout
 first.
