@@ -169,15 +169,15 @@ def _amx_available() -> bool:
     not _amx_available(), reason="the CPU (or the kernel) offers no AMX-INT8 tiles"
 )
 @pytest.mark.parametrize("quant_type", (2, 3, 6, 7, 8))
-@pytest.mark.parametrize("tokens", (2, 5, 15))
+@pytest.mark.parametrize("tokens", (7, 8, 15))
 @pytest.mark.parametrize(
     "rows, row, cols, dtype",
     [
-        # Five tiles: two pairs on AMX, the last on the vector kernel.
-        (40, 40, 96, torch.float32),
+        # 17 tiles: eight pairs on AMX, the last on the vector kernel.
+        (136, 136, 96, torch.float32),
         # The parallel kernel, `row` inside the last pair.
         (1024, 1019, 320, torch.float32),
-        (48, 48, 64, torch.bfloat16),
+        (144, 144, 64, torch.bfloat16),
     ],
 )
 def test_ggml_mul_mat_interleaved_a8_amx_matches_the_vector_kernel(
@@ -186,6 +186,10 @@ def test_ggml_mul_mat_interleaved_a8_amx_matches_the_vector_kernel(
     # The AMX path (`infini.ops.native.cpu.ggml_amx`) forms the same integer
     # sums and applies the scales in the same order as the vector kernel:
     # the results are bit-identical, and right against the reference.
+    from infini.ops.native.cpu.ggml_amx import amx_applies
+
+    monkeypatch.setenv("INFINI_OPS_CPU_AMX", "1")
+    assert amx_applies(quant_type, tokens, row)
     weight = blocks(quant_type, rows, cols, seed=tokens + quant_type)
     interleaved = _interleaved(weight, quant_type)
     x = torch.randn(tokens, cols).to(dtype)

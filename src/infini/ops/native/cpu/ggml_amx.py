@@ -1,18 +1,19 @@
 """Interleaved GGML products of a few tokens on AMX tiles
 (`ggml_mul_mat_interleaved_a8` where the CPU has AMX-INT8).
 
-With two to 15 tokens the vector kernel of `ggml_interleaved` is bound by
-its byte multiply-adds: one `vpdpbusd` per token for every four codes of
-eight rows. An AMX tile multiply does a whole block of 32 values for 16
-rows and every token in one instruction. Per block of two tiles side by
-side (16 rows), the kernel unpacks the codes once into a 512-byte scratch
-in the layout the instruction reads (row ``k`` holds values ``4k`` to
-``4k + 3`` of each weight row: the interleaved layout's four-byte groups
-already are), loads the tokens' activation codes of the block as the other
-operand (one row per token, the activation scratch's own stride), and
-stores the int32 sums. The block's scales then apply as in the vector
-kernel, 16 rows per float vector: the same integer sums and the same
-multiply-adds in the same order, so the results are bit-identical to it.
+With several tokens (`AMX_MIN_TOKENS` to 15) the vector kernel of
+`ggml_interleaved` is bound by its byte multiply-adds: one `vpdpbusd`
+per token for every four codes of eight rows. An AMX tile multiply does
+a whole block of 32 values for 16 rows and every token in one
+instruction. Per block of two tiles side by side (16 rows), the kernel
+unpacks the codes once into a 512-byte scratch in the layout the
+instruction reads (row ``k`` holds values ``4k`` to ``4k + 3`` of each
+weight row: the interleaved layout's four-byte groups already are),
+loads the tokens' activation codes of the block as the other operand
+(one row per token, the activation scratch's own stride), and stores the
+int32 sums. The block's scales then apply as in the vector kernel, 16
+rows per float vector: the same integer sums and the same multiply-adds
+in the same order, so the results are bit-identical to it.
 
 The tile unit runs far below its width here (a tile multiply takes as
 long with 8 tokens and 32 values as with 16 and 64), and each block's
@@ -65,8 +66,16 @@ from .jit import compiled_with, kernel
 from .memory import STORAGE, element_array
 from .vector_ir import F32, I8, I32, I64, add_offset, carried_loop, declare, i64, splat
 
-# The formats of one scale (and minimum) per block of 32 values.
-AMX_TYPES = (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0)
+# The formats of one scale (and minimum) per block of 32 values, and the
+# fewest tokens from which the tiles beat the vector kernel (measured on
+# SmolLM2's shapes at 1 and 2 threads: the tile multiply costs as much for
+# 2 tokens as for 16, while the vector kernel's cost grows with the tokens;
+# Q8_0's signed codes cost the vector kernel more).
+AMX_MIN_TOKENS = {Q4_0: 7, Q4_1: 7, Q5_0: 7, Q5_1: 7, Q8_0: 4}
+AMX_TYPES = tuple(AMX_MIN_TOKENS)
+# Below this many rows the tile configuration and the pipeline's start and
+# end outweigh the gain.
+AMX_MIN_ROWS = 128
 
 # Rows of a tile pair, and the most tokens a tile holds.
 PAIR_ROWS = 2 * INTERLEAVED_ROWS
@@ -494,7 +503,12 @@ class AmxProductPlan(InterleavedProductPlan):
         )
 
 
-def amx_applies(quant_type: int, tokens: int) -> bool:
-    """Whether a product of `tokens` tokens of `quant_type` runs on AMX
-    tiles (`AmxProductPlan`)."""
-    return 1 < tokens <= MAX_TOKENS and quant_type in AMX_TYPES and amx_enabled()
+def amx_applies(quant_type: int, tokens: int, rows: int) -> bool:
+    """Whether a product of `tokens` tokens and `rows` rows of `quant_type`
+    runs on AMX tiles (`AmxProductPlan`)."""
+    return (
+        quant_type in AMX_MIN_TOKENS
+        and AMX_MIN_TOKENS[quant_type] <= tokens <= MAX_TOKENS
+        and rows >= AMX_MIN_ROWS
+        and amx_enabled()
+    )

@@ -15,7 +15,7 @@ vector, with no horizontal sum at all: about 6 instructions per 32 weights.
 The tokens of a product (up to `TILED_MIN_TOKENS`) share each block's
 unpacked codes: the token loop is inside the block loop, and each token's
 eight running sums live in a small float32 scratch (where the CPU has
-AMX-INT8, products of 2 to 15 tokens run on its tiles instead:
+AMX-INT8, products of several tokens run on its tiles instead:
 `ggml_amx`). From
 `TILED_MIN_TOKENS` tokens the product is the tiled BLAS path of
 `infini.ops.native.cpu.ggml`, over panels put back into the file's layout
@@ -1111,7 +1111,7 @@ def interleaved_plan(quant_type: int, weight, x, out, rows: int):
     tokens = x.shape[0]
     if tokens >= TILED_MIN_TOKENS:
         kind = InterleavedTiledPlan
-    elif amx_applies(quant_type, tokens):
+    elif amx_applies(quant_type, tokens, rows):
         kind = AmxProductPlan
     else:
         kind = InterleavedProductPlan
