@@ -15,8 +15,8 @@ int32 sums. The block's scales then apply as in the vector kernel, 16
 rows per float vector: the same integer sums and the same multiply-adds
 in the same order, so the results are bit-identical to it.
 
-The tile unit runs far below its width here (a tile multiply takes as
-long with 8 tokens and 32 values as with 16 and 64), and each block's
+The tile unit runs far below its width here (8 tokens by 32 values
+fill a quarter of a tile multiply's 16 rows by 64 bytes), and each block's
 sums make a round trip through memory, so the blocks go through a
 pipeline: the codes of block ``j`` are unpacked while block ``j - 2`` is
 multiplied and block ``j - 4`` scaled, each stage reading what the one
@@ -68,9 +68,9 @@ from .vector_ir import F32, I8, I32, I64, add_offset, carried_loop, declare, i64
 
 # The formats of one scale (and minimum) per block of 32 values, and the
 # fewest tokens from which the tiles beat the vector kernel (measured on
-# SmolLM2's shapes at 1 and 2 threads: the tile multiply costs as much for
-# 2 tokens as for 16, while the vector kernel's cost grows with the tokens;
-# Q8_0's signed codes cost the vector kernel more).
+# SmolLM2's shapes at 1 and 2 threads: unpacking and multiplying a block
+# cost the tiles as much for 2 tokens as for 15, while the vector kernel's
+# cost grows with the tokens; Q8_0's signed codes cost it more).
 AMX_MIN_TOKENS = {Q4_0: 7, Q4_1: 7, Q5_0: 7, Q5_1: 7, Q8_0: 4}
 AMX_TYPES = tuple(AMX_MIN_TOKENS)
 # Below this many rows the tile configuration and the pipeline's start and
