@@ -383,7 +383,7 @@ PAIR_DOT = {quant_type: _pair_dot(quant_type) for quant_type in AMX_TYPES}
 @cache
 def amx_product_kernel(quant_type: int, dtype: str, parallel: bool):
     """``run(weight, x, x_stride, out, out_stride, tokens, rows, cols, codes,
-    scales, block_sums, sums, acc, chunks, config, scratch)``: as
+    scales, block_sums, sums, acc, config, scratch, chunks)``: as
     `ggml_interleaved.interleaved_product_kernel`'s, over pairs of tiles
     (`acc` of ``chunks * tokens * 16`` floats), a last odd tile on the
     vector kernel; `config` is `tile_config`'s bytes, `scratch` ``chunks *
