@@ -125,6 +125,7 @@ class K4TileLayout:
     tile_scales = 4 * INTERLEAVED_ROWS
     tile_codes = tile_scales + 8 * 12
     offset = 0
+    signed = False
 
     def __repr__(self) -> str:
         return "K4TileLayout(Q4_K)"
@@ -148,6 +149,7 @@ class K6TileLayout:
     tile_scales = 2 * INTERLEAVED_ROWS
     tile_codes = tile_scales + 16 * INTERLEAVED_ROWS
     offset = 32
+    signed = False
 
     def __repr__(self) -> str:
         return "K6TileLayout(Q6_K)"
@@ -436,6 +438,8 @@ def _deinterleave_simple(tiles: np.ndarray, layout, out: np.ndarray) -> None:
 # Vector IR of the tile product.
 
 _LANES = INTERLEAVED_ROWS
+# What `_TileTerms` adds to Q8_0's codes under VNNI (flipping the top bit).
+SIGNED_BIAS = 128
 
 
 def _pair_products(builder, codes, x, signed):
@@ -587,12 +591,13 @@ class _RowSums:
         return result
 
 
-def _token_sums(builder, layout, codes, x):
+def _token_sums(builder, layout, codes, x, signed):
     """The eight rows' int32 sums of codes times activation codes (at `x`,
     the block's 32) of one token (16-bit pair sums: 8 steps of 4-bit codes,
-    4 of 5-bit, 1 of Q8_0's)."""
+    4 of 5-bit, 1 of Q8_0's). `signed`: whether `codes` are signed (Q8_0's
+    as stored, not biased by `_TileTerms`)."""
     per_flush = 1 if layout.signed else (8 if layout.high_bits is None else 4)
-    sums = _RowSums(builder, layout.signed, per_flush, chains=2)
+    sums = _RowSums(builder, signed, per_flush, chains=2)
     for step, step_codes in enumerate(codes):
         starts = (4 * step,) if layout.signed else (4 * step, 16 + 4 * step)
         for values, start in zip(step_codes, starts, strict=True):
@@ -610,6 +615,16 @@ class _TileTerms:
         self.tile, _, _, self.x, self.cols, self.scales, self.sums = arguments[:7]
         self.block_sums = arguments[7]
         self.groups = builder.sdiv(self.cols, i64(ACTIVATION_BLOCK))
+        # With VNNI, Q8_0's signed codes are biased once per block to the
+        # unsigned ``q + 128`` (their top bit flipped), so that every token
+        # multiplies them as they are (`vpdpbusd` is unsigned by signed),
+        # where moving the signs onto the activations cost two more
+        # instructions per token and step; the bias comes off as an offset,
+        # ``sum(q x) = sum((q + 128) x) - 128 sum(x)``: the same integers.
+        # (Without VNNI the 16-bit pair sums of ``255 * 127`` would
+        # saturate.)
+        self.biased = layout.signed and vnni_instructions()
+        self.offset = SIGNED_BIAS if self.biased else layout.offset
 
     def block(self, index):
         """Loads and unpacks tile block `index` (kept for `terms`)."""
@@ -625,6 +640,9 @@ class _TileTerms:
                 builder, add_offset(builder, address, layout.tile_minimum)
             )
         self.codes = tile_codes(builder, layout, address)
+        if self.biased:
+            bias = constant_splat(I8, 32, -SIGNED_BIAS)
+            self.codes = [(builder.xor(packed, bias),) for (packed,) in self.codes]
 
     def _super_block(self, token):
         """The first activation group and the codes of `token` that meet
@@ -659,15 +677,16 @@ class _TileTerms:
                 builder.mul(self.index, i64(ACTIVATION_BLOCK)),
             ),
         )
-        lanes = _token_sums(builder, layout, self.codes, x)
-        if layout.offset:
+        signed = layout.signed and not self.biased
+        lanes = _token_sums(builder, layout, self.codes, x, signed)
+        if self.offset:
             # sum((q - offset) * x) = sum(q * x) - offset * sum(x).
             pair = self._group_scalar(self.sums, group, ir.VectorType(I32, 2), 8)
             code_sum = builder.add(
                 builder.extract_element(pair, I32(0)),
                 builder.extract_element(pair, I32(1)),
             )
-            offset = builder.mul(code_sum, I32(layout.offset))
+            offset = builder.mul(code_sum, I32(self.offset))
             lanes = builder.sub(lanes, splat(builder, offset, _LANES))
         x_scale = self._group_scalar(self.scales, group, F32, 4)
         result = [
