@@ -58,6 +58,7 @@ from .ggml_interleaved import (
     TILE_DOT,
     TILE_LAYOUTS,
     InterleavedProductPlan,
+    clear_sums,
     load_halves,
     store_sums,
     tile_codes,
@@ -440,8 +441,7 @@ def amx_product_kernel(quant_type: int, dtype: str, parallel: bool):
             sums_at = acc_address + 4 * first_sum
             tile_configure(config_address)
             for pair in range(chunk * pairs // chunks, (chunk + 1) * pairs // chunks):
-                for j in range(tokens * pair_rows):
-                    acc[first_sum + j] = 0
+                clear_sums(acc, first_sum, tokens * pair_rows)
                 pair_dot(
                     weight + 2 * pair * tile_bytes,
                     tile_bytes,
@@ -462,8 +462,7 @@ def amx_product_kernel(quant_type: int, dtype: str, parallel: bool):
             tile_release(chunk)
         if tiles % 2:
             # The last tile alone, on the vector kernel.
-            for j in range(tokens * tile_rows):
-                acc[j] = 0
+            clear_sums(acc, 0, tokens * tile_rows)
             tile_dot(
                 weight + (tiles - 1) * tile_bytes,
                 blocks,

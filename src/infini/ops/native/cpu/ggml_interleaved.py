@@ -980,13 +980,29 @@ TILE_DOT = {quant_type: _tile_dot(quant_type) for quant_type in TILE_LAYOUTS}
 
 
 @helper
+def clear_sums(acc, start, count):
+    """``acc[start:start + count] = 0``."""
+    # Through a slice: indices from 0 need no negative-index check, so the
+    # loop becomes vector stores (a scalar loop cost a fifth of an
+    # eight-token product).
+    sums = acc[start : start + count]
+    for j in range(count):
+        sums[j] = 0
+
+
+@helper
 def store_sums(store, out, out_stride, first, rows, tokens, acc, start, width):
     """Each token's `width` running sums in `acc` (from `start`, `width`
     per token) into `out` from row `first`, up to row `rows`."""
     count = min(width, rows - first)
     for token in range(tokens):
+        # Slices, as in `clear_sums`: a whole tile's sums are copied as
+        # vectors.
+        at = start + token * width
+        sums = acc[at : at + count]
+        target = out[token * out_stride + first : token * out_stride + first + count]
         for j in range(count):
-            store(out, token * out_stride + first + j, acc[start + token * width + j])
+            store(target, j, sums[j])
 
 
 @cache
@@ -1043,8 +1059,7 @@ def interleaved_product_kernel(quant_type: int, dtype: str, parallel: bool):
             first_sum = chunk * tokens * tile_rows
             sums_at = acc_address + 4 * first_sum
             for tile in range(chunk * tiles // chunks, (chunk + 1) * tiles // chunks):
-                for j in range(tokens * tile_rows):
-                    acc[first_sum + j] = 0
+                clear_sums(acc, first_sum, tokens * tile_rows)
                 tile_dot(
                     weight + tile * tile_bytes,
                     blocks,
