@@ -250,46 +250,6 @@ def tile_accumulate(weights, values, acc, rows, count, features):
 
 
 @helper
-def page_scores(
-    queries, k, table, table_row, t_col, page, within, block_size, head_offset,
-    k_block, scores, rows, count, features,
-):  # fmt: skip
-    """`tile_scores` of a tile's `count` keys read in place, page by page,
-    from a float32 cache whose page rows lie end to end (`k`: the cache's
-    elements; the tile starts at slot `within` of page `page` of the block
-    table row at `table_row`)."""
-    j = 0
-    while j < count:
-        block = np.int64(table[table_row + page * t_col])
-        run = min(block_size - within, count - j)
-        base = block * k_block + head_offset + within * features
-        keys = k[base : base + run * features].reshape(run, features)
-        tile_scores(queries, keys, scores[:, j:], rows, run, features)
-        j += run
-        page += 1
-        within = 0
-
-
-@helper
-def page_accumulate(
-    weights, v, table, table_row, t_col, page, within, block_size, head_offset,
-    v_block, acc, rows, count, features,
-):  # fmt: skip
-    """`tile_accumulate` of a tile's `count` values read in place, page by
-    page (as `page_scores` reads the keys)."""
-    j = 0
-    while j < count:
-        block = np.int64(table[table_row + page * t_col])
-        run = min(block_size - within, count - j)
-        base = block * v_block + head_offset + within * features
-        values = v[base : base + run * features].reshape(run, features)
-        tile_accumulate(weights[:, j:], values, acc, rows, run, features)
-        j += run
-        page += 1
-        within = 0
-
-
-@helper
 def load_tile_row(tile, j, features, source, base, step, load):
     """Row `j` of a float32 tile from `features` elements of `source` at
     `base` (every `step`); a contiguous row goes through a slice, so the
@@ -852,9 +812,6 @@ def paged_task_kernel(dtype: str):
     `entry_info`. Compiled apart from the parallel driver (keyed on the
     operand dtype only), so the parallel passes see a one-call loop."""
     load, store = loader(dtype), storer(dtype)
-    # A float32 cache needs no conversion: the stages read its pages in place
-    # where their rows lie end to end (no copy into a tile).
-    in_place = dtype == "float32"
 
     def task_body(
         task,
@@ -897,21 +854,13 @@ def paged_task_kernel(dtype: str):
         # Position of query token `first` in its sequence.
         position = n - (span_stop - span_start) + (first - span_start)
         rows = count_tokens * group
-        # Keys of a page whose rows lie end to end (the usual layout) are
-        # read as one run of elements: in place for a float32 cache, else
-        # copied, four times faster than row by row.
-        runs = k_col == 1 and v_col == 1 and k_slot == features and v_slot == features
-        direct = in_place and runs
-        tile_keys = 1 if direct else KEY_TILE
         queries = np.empty((rows, features), np.float32)
-        key_tile = np.empty((tile_keys, features), np.float32)
-        value_tile = np.empty((tile_keys, features), np.float32)
+        key_tile = np.empty((KEY_TILE, features), np.float32)
+        value_tile = np.empty((KEY_TILE, features), np.float32)
         scores = np.empty((rows, KEY_TILE), np.float32)
         maxima = np.full(rows, -np.inf, np.float32)
         sums = np.zeros(rows, np.float32)
         acc = np.zeros((rows, features), np.float32)
-        key_flat = key_tile.reshape(tile_keys * features)
-        value_flat = value_tile.reshape(tile_keys * features)
         for t in range(count_tokens):
             for h in range(group):
                 base = (first + t) * q_tok + (g * group + h) * q_head
@@ -923,20 +872,19 @@ def paged_task_kernel(dtype: str):
         # never read (decode reads `window` keys, not the whole sequence).
         begin = max(position + 1 - window, 0) if window > 0 else 0
         begin = max(begin, key_low)
+        # Keys of a page whose rows lie end to end (the usual layout) are
+        # copied as one run of elements: four times faster than row by row.
+        runs = k_col == 1 and v_col == 1 and k_slot == features and v_slot == features
+        key_flat = key_tile.reshape(KEY_TILE * features)
+        value_flat = value_tile.reshape(KEY_TILE * features)
         for start in range(begin, end, KEY_TILE):
             count = min(KEY_TILE, end - start)
             # One division per tile (a 64-bit division per key cost as much
             # as the key's products); then page by page.
-            first_page = start // block_size
-            first_within = start - first_page * block_size
-            if direct:
-                page_scores(
-                    queries, k, table, s * t_row, t_col, first_page, first_within,
-                    block_size, g * k_head, k_block, scores, rows, count, features,
-                )  # fmt: skip
-            page, within = first_page, first_within
+            page = start // block_size
+            within = start - page * block_size
             j = 0
-            while j < count and not direct:
+            while j < count:
                 block = np.int64(table[s * t_row + page * t_col])
                 run = min(block_size - within, count - j)
                 k_base = block * k_block + g * k_head + within * k_slot
@@ -958,8 +906,7 @@ def paged_task_kernel(dtype: str):
                 j += run
                 page += 1
                 within = 0
-            if not direct:
-                tile_scores(queries, key_tile, scores, rows, count, features)
+            tile_scores(queries, key_tile, scores, rows, count, features)
             for t in range(count_tokens):
                 limit = position + t  # the last key this token sees
                 # Keys before `low` are outside the token's window.
@@ -977,13 +924,7 @@ def paged_task_kernel(dtype: str):
                     for j in range(low):
                         scores[r, j] = -np.inf
             tile_softmax(scores, rows, count, maxima, sums, acc, features)
-            if direct:
-                page_accumulate(
-                    scores, v, table, s * t_row, t_col, first_page, first_within,
-                    block_size, g * v_head, v_block, acc, rows, count, features,
-                )  # fmt: skip
-            else:
-                tile_accumulate(scores, value_tile, acc, rows, count, features)
+            tile_accumulate(scores, value_tile, acc, rows, count, features)
         if partial >= 0:
             # One range of a split decode token's keys: the softmax state,
             # merged with the other ranges' by `merge_splits`.
