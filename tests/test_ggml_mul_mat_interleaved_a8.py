@@ -19,11 +19,39 @@ def _run(weight, x, quant_type, row, out, implementation_index):
     )
 
 
+@pytest.fixture
+def tiled_path(monkeypatch):
+    """The CPU's tiled BLAS path from 16 tokens, whatever the CPU (with byte
+    dot products the tile kernel is the product at any number of tokens,
+    without them from `INTERLEAVED_TILED_MIN_TOKENS`)."""
+    from infini.ops.native.cpu import ggml_interleaved
+
+    monkeypatch.setattr(ggml_interleaved, "tiled_from", lambda tokens: tokens >= 16)
+    infini.ops.GgmlMulMatInterleavedA8.clear_cache()
+    yield
+    infini.ops.GgmlMulMatInterleavedA8.clear_cache()
+
+
 @pytest.mark.parametrize("quant_type", TYPES)
-# One token (registers), a decode batch, past the serial quantisation, the
-# tiled BLAS path (16 and more).
-@pytest.mark.parametrize("tokens", (1, 3, 8, 12, 16, 21))
+# One token (registers), a decode batch, past the serial quantisation, a
+# prefill (the tile kernel, or the tiled BLAS path on a CPU without VNNI).
+@pytest.mark.parametrize("tokens", (1, 3, 8, 12, 16, 21, 130))
 def test_ggml_mul_mat_interleaved_a8(quant_type, tokens, device, implementation_index):
+    cols = 512 if quant_type in (12, 14) else 320
+    weight = blocks(quant_type, 40, cols, seed=quant_type + tokens)
+    x = torch.randn(tokens, cols)
+    out = torch.full((tokens, 40), float("nan"))
+    _run(_interleaved(weight, quant_type), x, quant_type, 40, out, implementation_index)
+    check_product(out, x, dequantized(weight, quant_type))
+
+
+@pytest.mark.parametrize("quant_type", TYPES)
+@pytest.mark.parametrize("tokens", (16, 21))
+def test_ggml_mul_mat_interleaved_a8_tiled_path(
+    quant_type, tokens, device, implementation_index, tiled_path
+):
+    # The panels are put back into the file's layout, dequantised and
+    # multiplied by BLAS: the same product.
     cols = 512 if quant_type in (12, 14) else 320
     weight = blocks(quant_type, 40, cols, seed=quant_type + tokens)
     x = torch.randn(tokens, cols)
@@ -70,7 +98,7 @@ def test_ggml_mul_mat_interleaved_a8_16_bit(
 
 @pytest.mark.parametrize("quant_type", (3, 12, 14))
 def test_ggml_mul_mat_interleaved_a8_16_bit_tiled_partial_panel(
-    quant_type, device, implementation_index
+    quant_type, device, implementation_index, tiled_path
 ):
     # The tiled path with 16-bit results and a `row` that is no whole number
     # of tiles: the panels (whole tiles) are rounded into `out` row by row.

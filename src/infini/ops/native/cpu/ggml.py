@@ -1911,13 +1911,13 @@ def product_plan(quant_type: int, weight, x, out, rows: int):
     return kind(quant_type, weight, x, out, rows)
 
 
-def precompile_product(operator: str, types=None) -> int:
+def precompile_product(operator: str, types=None, many=TILED_MIN_TOKENS) -> int:
     """Runs `infini.ops.<operator>` on small and large (parallel) weights of
     each of `types` (default: every supported type) for each activation
     dtype, with one token and a few (the integer kernels: where AMX tiles
-    apply, a few tokens take their own, `ggml_amx`) and `TILED_MIN_TOKENS`
-    (the tiled path). The weights are zeros, which every layout reads
-    alike (row counts are whole tiles of eight)."""
+    apply, a few tokens take their own, `ggml_amx`) and `many` (the tiled
+    path where the operator takes it from there). The weights are zeros,
+    which every layout reads alike (row counts are whole tiles of eight)."""
     import torch
 
     import infini.ops
@@ -1932,7 +1932,7 @@ def precompile_product(operator: str, types=None) -> int:
             (1024, 512, 1),
             (8, 256, 2),
             (1024, 512, 2),
-            (8, 256, TILED_MIN_TOKENS),
+            (8, 256, many),
         ):
             weight = torch.zeros(
                 rows,

@@ -71,7 +71,10 @@ from .vector_ir import F32, I8, I32, I64, add_offset, carried_loop, declare, i64
 # fewest tokens from which the tiles beat the vector kernel (measured on
 # SmolLM2's shapes at 1 and 2 threads: unpacking and multiplying a block
 # cost the tiles as much for 2 tokens as for 15, while the vector kernel's
-# cost grows with the tokens; Q8_0's signed codes cost it more).
+# cost grows with the tokens). Q8_0's were measured while the vector
+# kernel still moved its codes' signs onto the activations per token; it
+# now biases the codes once per block (`ggml_interleaved._TileTerms`), so
+# Q8_0's crossover is to be measured again on an AMX host.
 AMX_MIN_TOKENS = {Q4_0: 7, Q4_1: 7, Q5_0: 7, Q5_1: 7, Q8_0: 4}
 AMX_TYPES = tuple(AMX_MIN_TOKENS)
 # Below this many rows the tile configuration and the pipeline's start and

@@ -12,12 +12,12 @@ leaves every row's partial sum in its own lane, the eight rows' scales load
 as one vector of halves, and the eight results leave the loop as one float
 vector, with no horizontal sum at all: about 6 instructions per 32 weights.
 
-The tokens of a product (up to `TILED_MIN_TOKENS`) share each block's
-unpacked codes: the token loop is inside the block loop, and each token's
-eight running sums live in a small float32 scratch (where the CPU has
-AMX-INT8, products of several tokens run on its tiles instead:
-`ggml_amx`). From
-`TILED_MIN_TOKENS` tokens the product is the tiled BLAS path of
+The tokens of a product share each block's unpacked codes: the token loop
+is inside the block loop, and each token's eight running sums live in a
+small float32 scratch (where the CPU has AMX-INT8, products of a few tokens
+run on its tiles instead: `ggml_amx`). With byte dot products (VNNI) this
+kernel is the product at any number of tokens; without them, from
+`INTERLEAVED_TILED_MIN_TOKENS` tokens the product is the tiled BLAS path of
 `infini.ops.native.cpu.ggml`, over panels put back into the file's layout
 first.
 """
@@ -49,7 +49,6 @@ from infini.ops.base._ggml import (
 from .dtype_io import loader, storer
 from .ggml import (
     _MADD,
-    TILED_MIN_TOKENS,
     ProductPlan,
     TiledProductPlan,
     dot_bytes,
@@ -1082,9 +1081,10 @@ def interleaved_product_kernel(quant_type: int, dtype: str, parallel: bool):
 
 
 class InterleavedProductPlan(ProductPlan):
-    """`ProductPlan` of an interleaved product of fewer than
-    `TILED_MIN_TOKENS` tokens: the tile kernel, with a float32 scratch of
-    eight running sums per token and chunk."""
+    """`ProductPlan` of an interleaved product (below
+    `INTERLEAVED_TILED_MIN_TOKENS` tokens without VNNI, of any number with
+    it): the tile kernel, with a float32 scratch of eight running sums per
+    token and chunk."""
 
     kernel = staticmethod(interleaved_product_kernel)
     tile_rows = INTERLEAVED_ROWS
@@ -1135,15 +1135,31 @@ def byte_rows(address: int, rows: int, width: int) -> np.ndarray:
     return np.ctypeslib.as_array(memory).reshape(rows, width)
 
 
+# Tokens from which an interleaved product takes the tiled BLAS path, on a
+# CPU without byte dot products (VNNI); with them, never. Measured at 2
+# threads on SmolLM2's Q4_1 shapes (AMD EPYC with AVX-512): compiled with
+# VNNI, the tile kernel takes 0.05 to 0.4 of the tiled path's time from 16
+# to 512 tokens (0.4 to 0.65 for Q4_0, Q4_K, Q6_K, Q8_0 at 512); compiled
+# for AVX2 (`NUMBA_CPU_NAME=haswell`), 0.57 to 0.61 at 32 tokens, 0.82 to
+# 1.0 at 64 and 1.18 to 1.19 at 128.
+INTERLEAVED_TILED_MIN_TOKENS = 128
+
+
+def tiled_from(tokens: int) -> bool:
+    """Whether an interleaved product of `tokens` tokens takes the tiled
+    BLAS path (`INTERLEAVED_TILED_MIN_TOKENS`)."""
+    return not vnni_instructions() and tokens >= INTERLEAVED_TILED_MIN_TOKENS
+
+
 def interleaved_plan(quant_type: int, weight, x, out, rows: int):
-    """`InterleavedTiledPlan` from `TILED_MIN_TOKENS` tokens, else
+    """`InterleavedTiledPlan` where `tiled_from` says so, else
     `ggml_amx.AmxProductPlan` where AMX tiles apply, else
     `InterleavedProductPlan` (the same product)."""
     # Imported here: `ggml_amx` builds on this module.
     from .ggml_amx import AmxProductPlan, amx_applies
 
     tokens = x.shape[0]
-    if tokens >= TILED_MIN_TOKENS:
+    if tiled_from(tokens):
         kind = InterleavedTiledPlan
     elif amx_applies(quant_type, tokens, rows):
         kind = AmxProductPlan

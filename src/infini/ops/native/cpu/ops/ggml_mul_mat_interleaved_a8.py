@@ -1,6 +1,7 @@
-"""CPU `ggml_mul_mat_interleaved_a8` (slot 0): below `TILED_MIN_TOKENS`
-tokens, integer dot products of eight rows at a time, parallel over tiles;
-from it, the tiled BLAS path over panels put back into the file's layout
+"""CPU `ggml_mul_mat_interleaved_a8` (slot 0): integer dot products of
+eight rows at a time, parallel over tiles; on a CPU without byte dot
+products (VNNI), from `INTERLEAVED_TILED_MIN_TOKENS` tokens, the tiled BLAS
+path over panels put back into the file's layout
 (`infini.ops.native.cpu.ggml_interleaved`)."""
 
 from __future__ import annotations
@@ -9,7 +10,10 @@ from infini.ops.base._ggml import INTERLEAVED_TYPES
 from infini.ops.base.ggml_mul_mat_interleaved_a8 import GgmlMulMatInterleavedA8
 from infini.ops.core.registry import implementation
 from infini.ops.native.cpu.ggml import precompile_product
-from infini.ops.native.cpu.ggml_interleaved import interleaved_plan
+from infini.ops.native.cpu.ggml_interleaved import (
+    INTERLEAVED_TILED_MIN_TOKENS,
+    interleaved_plan,
+)
 
 
 @implementation(operator="ggml_mul_mat_interleaved_a8", devices=("cpu",), slot=0)
@@ -31,5 +35,10 @@ class CpuGgmlMulMatInterleavedA8(GgmlMulMatInterleavedA8):
     @classmethod
     def precompile(cls) -> int:
         """Compiles the serial and parallel tile kernels of each type and
-        activation dtype, and the tiled path's kernels."""
-        return precompile_product("ggml_mul_mat_interleaved_a8", INTERLEAVED_TYPES)
+        activation dtype, and the tiled path's kernels where the CPU takes
+        it."""
+        return precompile_product(
+            "ggml_mul_mat_interleaved_a8",
+            INTERLEAVED_TYPES,
+            many=INTERLEAVED_TILED_MIN_TOKENS,
+        )
