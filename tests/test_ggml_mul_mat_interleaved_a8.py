@@ -32,17 +32,22 @@ def tiled_path(monkeypatch):
     infini.ops.GgmlMulMatInterleavedA8.clear_cache()
 
 
-@pytest.mark.parametrize("quant_type", TYPES)
-# One token (registers), a decode batch, past the serial quantisation, a
-# prefill (the tile kernel, or the tiled BLAS path on a CPU without VNNI).
-@pytest.mark.parametrize("tokens", (1, 3, 8, 12, 16, 21, 130))
-def test_ggml_mul_mat_interleaved_a8(quant_type, tokens, device, implementation_index):
+def _check_forty_rows(quant_type, tokens, implementation_index):
+    """A product of 40 rows against the dequantised reference."""
     cols = 512 if quant_type in (12, 14) else 320
     weight = blocks(quant_type, 40, cols, seed=quant_type + tokens)
     x = torch.randn(tokens, cols)
     out = torch.full((tokens, 40), float("nan"))
     _run(_interleaved(weight, quant_type), x, quant_type, 40, out, implementation_index)
     check_product(out, x, dequantized(weight, quant_type))
+
+
+@pytest.mark.parametrize("quant_type", TYPES)
+# One token (registers), a decode batch, past the serial quantisation, a
+# prefill (the tile kernel, or the tiled BLAS path on a CPU without VNNI).
+@pytest.mark.parametrize("tokens", (1, 3, 8, 12, 16, 21, 130))
+def test_ggml_mul_mat_interleaved_a8(quant_type, tokens, device, implementation_index):
+    _check_forty_rows(quant_type, tokens, implementation_index)
 
 
 @pytest.mark.parametrize("quant_type", TYPES)
@@ -52,12 +57,7 @@ def test_ggml_mul_mat_interleaved_a8_tiled_path(
 ):
     # The panels are put back into the file's layout, dequantised and
     # multiplied by BLAS: the same product.
-    cols = 512 if quant_type in (12, 14) else 320
-    weight = blocks(quant_type, 40, cols, seed=quant_type + tokens)
-    x = torch.randn(tokens, cols)
-    out = torch.full((tokens, 40), float("nan"))
-    _run(_interleaved(weight, quant_type), x, quant_type, 40, out, implementation_index)
-    check_product(out, x, dequantized(weight, quant_type))
+    _check_forty_rows(quant_type, tokens, implementation_index)
 
 
 @pytest.mark.parametrize("quant_type", (3, 6, 8, 12, 14))
