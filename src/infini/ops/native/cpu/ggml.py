@@ -20,8 +20,8 @@ sums, scaled by the group's float32 factor into a float32 vector that is
 summed once per row. Q2_K and Q3_K reduce each group to one integer and
 scale it in scalar code (`DOT_BLOCK`), as the odd last block of a row does.
 
-From `TILED_MIN_TOKENS` tokens a product is float32 BLAS instead
-(`TiledProductPlan`): the quantised activations ``d * q`` as a float32
+From `tiled_min_tokens()` tokens (16, or 64 with VNNI) a product is float32
+BLAS instead (`TiledProductPlan`): the quantised activations ``d * q`` as a float32
 matrix, times panels of weight rows dequantised (with the same vector IR as
 `ggml_dequantize`) into a scratch buffer that stays in the cache.
 """
@@ -1899,31 +1899,47 @@ class TiledProductPlan:
 # integer kernels. Measured on one thread (Sapphire Rapids, SmolLM2 shapes,
 # the tiled path then on NumPy's OpenBLAS): at 8 tokens the integer kernels
 # take 0.55 to 0.7 of the tiled path's time, at 16 tokens 0.95 to 1.1, at
-# 32 tokens 1.7 to 2, at 64 tokens 2.5 to 2.9.
+# 32 tokens 1.7 to 2, at 64 tokens 2.5 to 2.9. Compiled for AVX2 on an AMD
+# EPYC (2 threads, `NUMBA_CPU_NAME=haswell`) the tiled path is faster from
+# 16 tokens too.
 TILED_MIN_TOKENS = 16
+# The same with byte dot products (VNNI). Measured at 2 threads on an AMD
+# EPYC with AVX-512 (Q4_1 and Q4_K shapes), the tiled path run first: the
+# integer kernels take 0.5 of its time at 16 tokens, 0.8 to 0.9 at 32,
+# 1.03 to 1.2 at 64; run right after them (the pool just left, as in a
+# model) the tiled path is slower, up to 200 tokens.
+VNNI_TILED_MIN_TOKENS = 64
+
+
+def tiled_min_tokens() -> int:
+    """Tokens from which a product in the file's layout takes the tiled
+    BLAS path: `VNNI_TILED_MIN_TOKENS` with VNNI, else `TILED_MIN_TOKENS`."""
+    return VNNI_TILED_MIN_TOKENS if vnni_instructions() else TILED_MIN_TOKENS
 
 
 def product_plan(quant_type: int, weight, x, out, rows: int):
-    """The plan of a product: `TiledProductPlan` from `TILED_MIN_TOKENS`
+    """The plan of a product: `TiledProductPlan` from `tiled_min_tokens`
     tokens, else `ProductPlan` (both compute the same product)."""
-    tiled = x.shape[0] >= TILED_MIN_TOKENS
+    tiled = x.shape[0] >= tiled_min_tokens()
     kind = TiledProductPlan if tiled else ProductPlan
     return kind(quant_type, weight, x, out, rows)
 
 
-def precompile_product(operator: str, types=None, many=TILED_MIN_TOKENS) -> int:
+def precompile_product(operator: str, types=None, many=None) -> int:
     """Runs `infini.ops.<operator>` on small and large (parallel) weights of
     each of `types` (default: every supported type) for each activation
     dtype, with one token and a few (the integer kernels: where AMX tiles
-    apply, a few tokens take their own, `ggml_amx`) and `many` (the tiled
-    path where the operator takes it from there). The weights are zeros,
-    which every layout reads alike (row counts are whole tiles of eight)."""
+    apply, a few tokens take their own, `ggml_amx`) and `many` (default
+    `tiled_min_tokens()`: the tiled path where the operator takes it from
+    there). The weights are zeros, which every layout reads alike (row
+    counts are whole tiles of eight)."""
     import torch
 
     import infini.ops
     from infini.ops.base._ggml import FLOAT_DTYPES, SUPPORTED_TYPES
 
     function = getattr(infini.ops, operator)
+    many = tiled_min_tokens() if many is None else many
     calls = 0
     for quant_type in types or SUPPORTED_TYPES:
         entry = GGML_TYPES[quant_type]

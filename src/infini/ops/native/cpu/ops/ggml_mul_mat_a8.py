@@ -1,5 +1,5 @@
 """CPU `ggml_mul_mat_a8` (slot 0): the activations quantised to 8 bits once per
-call, then, below `TILED_MIN_TOKENS` tokens, integer dot products straight
+call, then, below `tiled_min_tokens()` tokens, integer dot products straight
 from the packed blocks, parallel over tiles of output rows; from it, float32
 BLAS over panels of the weight dequantised into a cache-sized scratch
 (`infini.ops.native.cpu.ggml`)."""
