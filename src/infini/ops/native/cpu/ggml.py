@@ -20,7 +20,7 @@ sums, scaled by the group's float32 factor into a float32 vector that is
 summed once per row. Q2_K and Q3_K reduce each group to one integer and
 scale it in scalar code (`DOT_BLOCK`), as the odd last block of a row does.
 
-From `tiled_min_tokens()` tokens (16, or 64 with VNNI) a product is float32
+From `tiled_min_tokens()` tokens (16, or 32 with VNNI) a product is float32
 BLAS instead (`TiledProductPlan`): the quantised activations ``d * q`` as a float32
 matrix, times panels of weight rows dequantised (with the same vector IR as
 `ggml_dequantize`) into a scratch buffer that stays in the cache.
@@ -1904,11 +1904,10 @@ class TiledProductPlan:
 # 16 tokens too.
 TILED_MIN_TOKENS = 16
 # The same with byte dot products (VNNI). Measured at 2 threads on an AMD
-# EPYC with AVX-512 (Q4_1 and Q4_K shapes), the tiled path run first: the
-# integer kernels take 0.5 of its time at 16 tokens, 0.8 to 0.9 at 32,
-# 1.03 to 1.2 at 64; run right after them (the pool just left, as in a
-# model) the tiled path is slower, up to 200 tokens.
-VNNI_TILED_MIN_TOKENS = 64
+# EPYC with AVX-512 (Q4_1 and Q4_K shapes), in either order: the integer
+# kernels take 0.5 of the tiled path's time at 16 tokens, 0.83 to 1.05 at
+# 32, 1.03 to 1.2 at 64.
+VNNI_TILED_MIN_TOKENS = 32
 
 
 def tiled_min_tokens() -> int:
