@@ -982,8 +982,8 @@ TILE_DOT = {quant_type: _tile_dot(quant_type) for quant_type in TILE_LAYOUTS}
 def clear_sums(acc, start, count):
     """``acc[start:start + count] = 0``."""
     # Through a slice: indices from 0 need no negative-index check, so the
-    # loop becomes vector stores (a scalar loop cost a fifth of an
-    # eight-token product).
+    # loop becomes vector stores (the scalar loops, this one and
+    # `store_sums`', cost a fifth of an eight-token product).
     sums = acc[start : start + count]
     for j in range(count):
         sums[j] = 0
