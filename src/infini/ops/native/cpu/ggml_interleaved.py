@@ -624,6 +624,8 @@ class _TileTerms:
         # saturate.)
         self.biased = layout.signed and vnni_instructions()
         self.offset = SIGNED_BIAS if self.biased else layout.offset
+        # Whether the codes `terms` multiplies are signed.
+        self.signed = layout.signed and not self.biased
 
     def block(self, index):
         """Loads and unpacks tile block `index` (kept for `terms`)."""
@@ -676,8 +678,7 @@ class _TileTerms:
                 builder.mul(self.index, i64(ACTIVATION_BLOCK)),
             ),
         )
-        signed = layout.signed and not self.biased
-        lanes = _token_sums(builder, layout, self.codes, x, signed)
+        lanes = _token_sums(builder, layout, self.codes, x, self.signed)
         if self.offset:
             # sum((q - offset) * x) = sum(q * x) - offset * sum(x).
             pair = self._group_scalar(self.sums, group, ir.VectorType(I32, 2), 8)
@@ -998,8 +999,9 @@ def store_sums(store, out, out_stride, first, rows, tokens, acc, start, width):
         # Slices, as in `clear_sums`: a whole tile's sums are copied as
         # vectors.
         at = start + token * width
+        row = token * out_stride + first
         sums = acc[at : at + count]
-        target = out[token * out_stride + first : token * out_stride + first + count]
+        target = out[row : row + count]
         for j in range(count):
             store(target, j, sums[j])
 
