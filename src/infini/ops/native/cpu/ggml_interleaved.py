@@ -71,6 +71,7 @@ from .vector_ir import (
     i64,
     integers,
     load_vector,
+    prefetch_lines,
     splat,
 )
 
@@ -882,6 +883,26 @@ def _fmuladd(builder):
     return declare(builder, f"llvm.fmuladd.v{_LANES}f32", _FLOATS, [_FLOATS] * 3)
 
 
+# How far ahead of the tile block it unpacks the several-token loop asks for
+# the weight's bytes (a chunk's tiles lie end to end, so this reaches into
+# the next tiles). With several tokens a block's byte products take about
+# as long as reading it from memory, and without the hint the two did not
+# overlap: the hardware prefetcher starts afresh at every 4 KiB page. The
+# one-token loop is bound by the reads alone and the hardware keeps up; the
+# hints only cost it instructions there (measured on SmolLM2's q4 weights,
+# 121 products: 8 tokens 6.4 -> 5.4 ms at 2 threads, 11.5 -> 9.6 ms at 1;
+# 1 token 2.6-2.8 -> 2.7-3.0 ms with the hint, so it has none).
+PREFETCH_DISTANCE = 4096
+
+
+def _prefetch_ahead(builder, terms, index):
+    """Hints the tile block `PREFETCH_DISTANCE` bytes past block `index`
+    into the caches."""
+    size = INTERLEAVED_ROWS * terms.layout.block_bytes
+    address = builder.add(terms.tile, builder.mul(index, i64(size)))
+    prefetch_lines(builder, add_offset(builder, address, PREFETCH_DISTANCE), size)
+
+
 def _one_token(builder, terms, blocks, acc):
     """The loop for one token: the running sums stay in registers (one per
     term, so each multiply-add waits only on its own), added to `acc` at
@@ -920,6 +941,7 @@ def _several_tokens(builder, terms, blocks, tokens, acc):
         return []
 
     def block(index, _):
+        _prefetch_ahead(builder, terms, index)
         terms.block(index)
         carried_loop(builder, tokens, "tile_tokens", [], token_terms)
         return []

@@ -119,3 +119,20 @@ def carried_loop(builder, count, name, initial, body):
         merged.add_incoming(value, end)
         results.append(merged)
     return results
+
+
+CACHE_LINE = 64
+
+
+def prefetch_lines(builder, address, size):
+    """Prefetches (for reading, into every cache level) the cache lines of
+    the `size` bytes at the integer `address`: one hint per line, so a
+    stretch that does not start on a line's boundary may leave its last
+    line to the hardware."""
+    pointer_type = I8.as_pointer()
+    prefetch = declare(
+        builder, "llvm.prefetch.p0", ir.VoidType(), [pointer_type, I32, I32, I32]
+    )
+    for offset in range(0, size, CACHE_LINE):
+        pointer = builder.inttoptr(add_offset(builder, address, offset), pointer_type)
+        builder.call(prefetch, [pointer, I32(0), I32(3), I32(1)])
