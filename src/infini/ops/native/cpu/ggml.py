@@ -60,6 +60,7 @@ from .vector_ir import (
     I8,
     I16,
     I32,
+    I64,
     add_offset,
     carried_loop,
     constant_splat,
@@ -1269,40 +1270,16 @@ def _group_quantizer(source):
             ratio = builder.select(
                 positive, builder.fdiv(values, splat(builder, d, count)), zeros
             )
-            whole = _vector_intrinsic(builder, "llvm.trunc", ratio)
-            remainder = _vector_intrinsic(
-                builder, "llvm.fabs", builder.fsub(ratio, whole)
-            )
-            away = builder.fcmp_ordered(
-                ">=", remainder, ir.Constant(floats, [0.5] * count)
-            )
-            copysign = declare(
-                builder, "llvm.copysign.v32f32", floats, [floats, floats]
-            )
-            step = builder.call(copysign, [ir.Constant(floats, [1.0] * count), ratio])
-            rounded = builder.select(away, builder.fadd(whole, step), whole)
+            # `llvm.round` rounds halves away from zero (C's `roundf`); x86
+            # lowers it to an add and a truncation, where the truncation,
+            # remainder, compare and select it stands for took a fourth of
+            # the group's time.
+            rounded = _vector_intrinsic(builder, "llvm.round", ratio)
             words = builder.fptosi(rounded, vector_type(I32, count))
             code_bytes = builder.trunc(words, vector_type(I8, count))
             pointer = builder.inttoptr(codes, code_bytes.type.as_pointer())
             builder.store(code_bytes, pointer, align=1)
-            reduce_add = declare(
-                builder, "llvm.vector.reduce.add.v16i32", I32, [vector_type(I32, 16)]
-            )
-            halves = [
-                builder.call(
-                    reduce_add,
-                    [
-                        builder.shuffle_vector(
-                            words,
-                            words,
-                            ir.Constant(
-                                vector_type(I32, 16), list(range(start, start + 16))
-                            ),
-                        )
-                    ],
-                )
-                for start in (0, 16)
-            ]
+            halves = _half_sums(builder, words, code_bytes)
             for offset, total in zip((0, 4), halves, strict=True):
                 at = builder.inttoptr(
                     add_offset(builder, sums, offset), I32.as_pointer()
@@ -1674,6 +1651,52 @@ def _load_floats(builder, address, source):
     return builder.bitcast(bits, vector_type(F32, 32))
 
 
+# What flipping an int8's top bit (``q ^ 0x80``) adds to it, the result
+# read as unsigned: ``q + 128``.
+SIGNED_BIAS = 128
+
+
+def _half_sums(builder, words, code_bytes):
+    """The sums of the first and of the last 16 of 32 codes (int32), given
+    as int32 `words` and as the int8 `code_bytes`. With AVX2 one `vpsadbw`
+    sums each eight codes (biased to unsigned, the bias taken off after):
+    the two 16-lane reductions of `words` cost a third of the group's
+    quantisation."""
+    if not x86_madd_instructions():
+        reduce_add = declare(
+            builder, "llvm.vector.reduce.add.v16i32", I32, [vector_type(I32, 16)]
+        )
+        return [
+            builder.call(
+                reduce_add,
+                [
+                    builder.shuffle_vector(
+                        words,
+                        words,
+                        ir.Constant(
+                            vector_type(I32, 16), list(range(start, start + 16))
+                        ),
+                    )
+                ],
+            )
+            for start in (0, 16)
+        ]
+    octets = vector_type(I64, 4)
+    sad = declare(
+        builder, "llvm.x86.avx2.psad.bw", octets, [code_bytes.type, code_bytes.type]
+    )
+    biased = builder.xor(code_bytes, constant_splat(I8, 32, -SIGNED_BIAS))
+    totals = builder.call(sad, [biased, constant_splat(I8, 32, 0)])
+    halves = []
+    for first in (0, 2):
+        pair = builder.add(
+            builder.extract_element(totals, I32(first)),
+            builder.extract_element(totals, I32(first + 1)),
+        )
+        halves.append(builder.sub(builder.trunc(pair, I32), I32(16 * SIGNED_BIAS)))
+    return halves
+
+
 def _vector_intrinsic(builder, name, vector):
     """``name(vector)`` for an overloaded unary float intrinsic."""
     suffix = f"v{vector.type.count}f32"
@@ -1702,22 +1725,7 @@ def _quantizer(source):
             largest = builder.call(reduce, [magnitudes])
             d = builder.fdiv(largest, ir.Constant(F32, 127.0))
             ratio = builder.fdiv(values, splat(builder, d, count))
-            whole = _vector_intrinsic(builder, "llvm.trunc", ratio)
-            remainder = _vector_intrinsic(
-                builder, "llvm.fabs", builder.fsub(ratio, whole)
-            )
-            away = builder.fcmp_ordered(
-                ">=", remainder, ir.Constant(float_vector, [0.5] * count)
-            )
-            one = ir.Constant(float_vector, [1.0] * count)
-            copysign = declare(
-                builder,
-                "llvm.copysign.v32f32",
-                float_vector,
-                [float_vector, float_vector],
-            )
-            step = builder.call(copysign, [one, ratio])
-            codes = builder.select(away, builder.fadd(whole, step), whole)
+            codes = _vector_intrinsic(builder, "llvm.round", ratio)
             positive = builder.fcmp_ordered(">", d, ir.Constant(F32, 0.0))
             scaled = builder.fmul(splat(builder, d, count), codes)
             result = builder.select(

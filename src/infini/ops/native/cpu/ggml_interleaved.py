@@ -49,6 +49,7 @@ from infini.ops.base._ggml import (
 from .dtype_io import loader, storer
 from .ggml import (
     _MADD,
+    SIGNED_BIAS,
     ProductPlan,
     TiledProductPlan,
     dot_bytes,
@@ -438,8 +439,6 @@ def _deinterleave_simple(tiles: np.ndarray, layout, out: np.ndarray) -> None:
 # Vector IR of the tile product.
 
 _LANES = INTERLEAVED_ROWS
-# What `_TileTerms` adds to Q8_0's codes under VNNI (flipping the top bit).
-SIGNED_BIAS = 128
 
 
 def _pair_products(builder, codes, x, signed):
