@@ -265,6 +265,29 @@ def load_tile_row(tile, j, features, source, base, step, load):
 
 
 @helper
+def load_query_row(queries, r, features, source, base, step, load, factor):
+    """`load_tile_row` into row `r` of the queries, times `factor` (the
+    softmax scale, applied once per query rather than per score)."""
+    load_tile_row(queries, r, features, source, base, step, load)
+    row = queries[r]
+    for d in range(features):
+        row[d] *= factor
+
+
+@helper
+def store_output_row(out, base, step, values, count, inverse, store):
+    """``values[:count] * inverse`` into `out` from `base` (every `step`);
+    a contiguous row through a slice, as `load_tile_row` reads one."""
+    if step == 1:
+        window = out[base : base + count]
+        for d in range(count):
+            store(window, d, values[d] * inverse)
+    else:
+        for d in range(count):
+            store(out, base + d * step, values[d] * inverse)
+
+
+@helper
 def load_run(flat, first, elements, source, base, load):
     """`elements` consecutive elements of `source` from `base`, as float32,
     into `flat` from `first` (whole rows of a tile)."""
@@ -331,10 +354,9 @@ def sdpa_online_kernel(dtype: str):
         for h in range(group):
             for r in range(rows):
                 base = offsets[1, b0 + h] + (first + r) * q_row
-                for d in range(features):
-                    queries[h * rows + r, d] = (
-                        np.float32(load(q, base + d * q_col)) * factor
-                    )
+                load_query_row(
+                    queries, h * rows + r, features, q, base, q_col, load, factor
+                )
         end = min(keys, first + rows) if causal else keys
         for start in range(0, end, KEY_TILE):
             count = min(KEY_TILE, end - start)
@@ -369,8 +391,9 @@ def sdpa_online_kernel(dtype: str):
                 row = h * rows + r
                 base = offsets[0, b0 + h] + (first + r) * o_row
                 inverse = np.float32(1) / sums[row] if sums[row] > 0 else np.float32(0)
-                for d in range(value_features):
-                    store(o, base + d * o_col, acc[row, d] * inverse)
+                store_output_row(
+                    o, base, o_col, acc[row], value_features, inverse, store
+                )
 
     # `run` captures `body`, and the on-disk cache keys captured functions on
     # their qualified names: make the name say which dtype it loads.
@@ -800,8 +823,7 @@ def merge_splits(o, entry_info, partials, sizes, strides, store):
                             result[d] += partial_acc[slot, h, d] * weight
                 inverse = np.float32(1) / total if total > 0 else np.float32(0)
                 base = token * o_tok + (g * group + h) * o_head
-                for d in range(features):
-                    store(o, base + d * o_col, result[d] * inverse)
+                store_output_row(o, base, o_col, result, features, inverse, store)
         e = last
 
 
@@ -864,9 +886,9 @@ def paged_task_kernel(dtype: str):
         for t in range(count_tokens):
             for h in range(group):
                 base = (first + t) * q_tok + (g * group + h) * q_head
-                r = t * group + h
-                for d in range(features):
-                    queries[r, d] = np.float32(load(q, base + d * q_col)) * factor
+                load_query_row(
+                    queries, t * group + h, features, q, base, q_col, load, factor
+                )
         end = min(position + count_tokens, key_high)
         # With a sliding window, keys before the first token's window are
         # never read (decode reads `window` keys, not the whole sequence).
@@ -940,8 +962,7 @@ def paged_task_kernel(dtype: str):
                 r = t * group + h
                 base = (first + t) * o_tok + (g * group + h) * o_head
                 inverse = np.float32(1) / sums[r] if sums[r] > 0 else np.float32(0)
-                for d in range(features):
-                    store(o, base + d * o_col, acc[r, d] * inverse)
+                store_output_row(o, base, o_col, acc[r], features, inverse, store)
 
     # The driver captures this body, and the on-disk cache keys captured
     # functions on their qualified names: make the name say the dtype.
