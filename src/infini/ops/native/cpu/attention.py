@@ -25,7 +25,7 @@ import numba
 import numpy as np
 from numba import prange
 
-from .binding import do_nothing
+from .binding import compiled_entry, do_nothing
 from .blas import has_sixteen_bit_instructions
 from .dtype_io import loader, storer
 from .jit import helper, kernel
@@ -1103,13 +1103,15 @@ class PagedAttentionLaunch:
             return None
         report = np.zeros(3, np.int64)
         arguments = self._arguments(addresses, tables, lengths, cum, slopes, report)
-        kernel, index_error = self.kernel, self.index_error
+        entry = compiled_entry(self.kernel, arguments)
+        index_error = self.index_error
 
         def launch() -> None:
-            code = kernel(*arguments)
+            code = entry(*arguments)
             if code:
                 raise index_error(int(code), *(int(x) for x in report))
 
+        launch.kernel = self.kernel
         return launch
 
     def _arguments(self, addresses, tables, lengths, cum, slopes, report) -> tuple:
