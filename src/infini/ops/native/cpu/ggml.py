@@ -1663,21 +1663,14 @@ def _half_sums(builder, words, code_bytes):
     the two 16-lane reductions of `words` cost a third of the group's
     quantisation."""
     if not x86_madd_instructions():
-        reduce_add = declare(
-            builder, "llvm.vector.reduce.add.v16i32", I32, [vector_type(I32, 16)]
-        )
         return [
-            builder.call(
-                reduce_add,
-                [
-                    builder.shuffle_vector(
-                        words,
-                        words,
-                        ir.Constant(
-                            vector_type(I32, 16), list(range(start, start + 16))
-                        ),
-                    )
-                ],
+            _reduce_add(
+                builder,
+                builder.shuffle_vector(
+                    words,
+                    words,
+                    ir.Constant(vector_type(I32, 16), list(range(start, start + 16))),
+                ),
             )
             for start in (0, 16)
         ]
