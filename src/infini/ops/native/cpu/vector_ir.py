@@ -121,6 +121,9 @@ def carried_loop(builder, count, name, initial, body):
     return results
 
 
+# Bytes per cache line on the CPUs the kernels are built for (x86-64, and
+# the 64-byte lines of most AArch64 cores): `prefetch_lines` hints one per
+# line.
 CACHE_LINE = 64
 
 
