@@ -1662,7 +1662,7 @@ def _half_sums(builder, words, code_bytes):
     sums each eight codes (biased to unsigned, the bias taken off after):
     the two 16-lane reductions of `words` cost a third of the group's
     quantisation."""
-    if not x86_madd_instructions():
+    if not compiled_with("avx2"):
         return [
             _reduce_add(
                 builder,

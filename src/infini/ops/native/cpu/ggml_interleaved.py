@@ -631,7 +631,7 @@ class _TileTerms:
         """Loads and unpacks tile block `index` (kept for `terms`)."""
         builder, layout = self.builder, self.layout
         self.index = index
-        address = builder.add(
+        self.address = address = builder.add(
             self.tile, builder.mul(index, i64(INTERLEAVED_ROWS * layout.block_bytes))
         )
         self.scale = load_halves(builder, address)
@@ -894,12 +894,11 @@ def _fmuladd(builder):
 PREFETCH_DISTANCE = 4096
 
 
-def _prefetch_ahead(builder, terms, index):
-    """Hints the tile block `PREFETCH_DISTANCE` bytes past block `index`
-    into the caches."""
+def _prefetch_ahead(builder, terms):
+    """Hints the tile block `PREFETCH_DISTANCE` bytes past the one
+    `terms.block` just loaded into the caches."""
     size = INTERLEAVED_ROWS * terms.layout.block_bytes
-    address = builder.add(terms.tile, builder.mul(index, i64(size)))
-    prefetch_lines(builder, add_offset(builder, address, PREFETCH_DISTANCE), size)
+    prefetch_lines(builder, add_offset(builder, terms.address, PREFETCH_DISTANCE), size)
 
 
 def _one_token(builder, terms, blocks, acc):
@@ -940,8 +939,8 @@ def _several_tokens(builder, terms, blocks, tokens, acc):
         return []
 
     def block(index, _):
-        _prefetch_ahead(builder, terms, index)
         terms.block(index)
+        _prefetch_ahead(builder, terms)
         carried_loop(builder, tokens, "tile_tokens", [], token_terms)
         return []
 
